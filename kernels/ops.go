@@ -1,0 +1,155 @@
+package kernels
+
+import (
+	"math"
+	"runtime"
+	"sync"
+)
+
+// Linear computes dst[m×N] = x[m×K] · Wᵀ for the weight w (N×K). dst is overwritten.
+// It may use several threads (see SetThreads).
+func Linear(dst, x []float32, m int, w *Weight) {
+	n, k := w.N, w.K
+	_ = dst[m*n-1]
+	_ = x[m*k-1]
+	parallelRows(m, func(r0, r1 int) {
+		row := make([]float32, k)
+		for j := 0; j < n; j++ {
+			w.Row(row, j)
+			for i := r0; i < r1; i++ {
+				dst[i*n+j] = dotF32(x[i*k:(i+1)*k], row)
+			}
+		}
+	})
+}
+
+func dotF32(a, b []float32) float32 {
+	var s float32
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+var threads = runtime.GOMAXPROCS(0)
+
+// SetThreads sets how many goroutines the kernels split one call across (≥ 1).
+func SetThreads(n int) {
+	if n < 1 {
+		n = 1
+	}
+	threads = n
+}
+
+// Threads reports the current thread count for kernel calls.
+func Threads() int { return threads }
+
+// parallelRows splits [0, m) into contiguous chunks, one per thread, and waits for all.
+func parallelRows(m int, f func(r0, r1 int)) {
+	t := threads
+	if t > m {
+		t = m
+	}
+	if t <= 1 {
+		f(0, m)
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (m + t - 1) / t
+	for r0 := 0; r0 < m; r0 += chunk {
+		r1 := min(r0+chunk, m)
+		wg.Add(1)
+		go func() { defer wg.Done(); f(r0, r1) }()
+	}
+	wg.Wait()
+}
+
+// RMSNorm writes dst[r] = x[r] / sqrt(mean(x[r]²) + eps) ⊙ weight for each of rows rows of
+// len(weight) values. dst may alias x.
+func RMSNorm(dst, x, weight []float32, rows int, eps float32) {
+	d := len(weight)
+	for r := 0; r < rows; r++ {
+		xr := x[r*d : (r+1)*d]
+		var ss float64
+		for _, v := range xr {
+			ss += float64(v) * float64(v)
+		}
+		inv := float32(1 / math.Sqrt(ss/float64(d)+float64(eps)))
+		dr := dst[r*d : (r+1)*d]
+		for i, v := range xr {
+			dr[i] = v * inv * weight[i]
+		}
+	}
+}
+
+// RoPETable holds cos/sin of the rotary embedding for positions [0, maxPos) and head dim hd.
+type RoPETable struct {
+	HeadDim  int
+	Cos, Sin []float32 // [maxPos][hd/2]
+}
+
+// NewRoPETable precomputes the rotation for positions below maxPos with base theta, the way
+// Hugging Face does: inv_freq[i] = 1 / theta^(2i/hd), angle = pos·inv_freq[i], in f32.
+func NewRoPETable(maxPos, hd int, theta float64) *RoPETable {
+	half := hd / 2
+	t := &RoPETable{HeadDim: hd, Cos: make([]float32, maxPos*half), Sin: make([]float32, maxPos*half)}
+	for i := 0; i < half; i++ {
+		inv := float32(1 / math.Pow(theta, float64(2*i)/float64(hd)))
+		for p := 0; p < maxPos; p++ {
+			a := float32(p) * inv
+			t.Cos[p*half+i] = float32(math.Cos(float64(a)))
+			t.Sin[p*half+i] = float32(math.Sin(float64(a)))
+		}
+	}
+	return t
+}
+
+// MaxPos is the number of positions the table covers.
+func (t *RoPETable) MaxPos() int { return len(t.Cos) / (t.HeadDim / 2) }
+
+// ApplyRoPE rotates, in place, every head of every row of x ([rows][heads·hd]) by the angle of
+// that row's position, rotating halves (x[i], x[i+hd/2]) as Qwen does (not interleaved pairs).
+func ApplyRoPE(x []float32, positions []int32, heads int, t *RoPETable) {
+	hd := t.HeadDim
+	half := hd / 2
+	for r, p := range positions {
+		c := t.Cos[int(p)*half : (int(p)+1)*half]
+		s := t.Sin[int(p)*half : (int(p)+1)*half]
+		for h := 0; h < heads; h++ {
+			v := x[(r*heads+h)*hd : (r*heads+h+1)*hd]
+			for i := 0; i < half; i++ {
+				a, b := v[i], v[i+half]
+				v[i] = a*c[i] - b*s[i]
+				v[i+half] = b*c[i] + a*s[i]
+			}
+		}
+	}
+}
+
+// SiLUMul writes dst[i] = silu(gate[i]) · up[i]. dst may alias gate or up.
+func SiLUMul(dst, gate, up []float32) {
+	for i, g := range gate {
+		dst[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
+	}
+}
+
+// Softmax normalises x in place (numerically stable).
+func Softmax(x []float32) {
+	if len(x) == 0 {
+		return
+	}
+	m := x[0]
+	for _, v := range x[1:] {
+		m = max(m, v)
+	}
+	var s float32
+	for i, v := range x {
+		e := float32(math.Exp(float64(v - m)))
+		x[i] = e
+		s += e
+	}
+	inv := 1 / s
+	for i := range x {
+		x[i] *= inv
+	}
+}

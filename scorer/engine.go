@@ -1,0 +1,88 @@
+// Package scorer is the scorer node: it turns (query, items) batches into relevance scores with an
+// LLM cross-encoder. This parent package holds the contract between the node's server and
+// scheduler (package scorer/node) and the engines that run forward passes: the real model
+// (package scorer/model) and the calibrated emulation (package scorer/emulated).
+//
+// Types here are plain data; an Engine implementation documents its own concurrency (the node
+// calls Forward from one goroutine at a time, Tokenize from many).
+package scorer
+
+import (
+	"context"
+	"time"
+)
+
+// Group is one query's shared prompt prefix and the items that continue it. The node builds one
+// per incoming batch (Engine.Tokenize), may run several groups in one forward pass, and reads the
+// outputs back.
+type Group struct {
+	// Prefix holds the tokens shared by every item's prompt: template, instruction and query, up
+	// to the token boundary before the document.
+	Prefix []int32
+	// Items holds each item's own tokens: the (possibly cut) document and the prompt's tail.
+	// Prefix+Items[i] is exactly the token sequence of item i's whole prompt.
+	Items [][]int32
+	// Truncated[i] is how many document tokens were cut from item i.
+	Truncated []int
+	// TooLong[i] is set when item i exceeded the limit and truncation was refused; such items
+	// have no tokens and are not scored.
+	TooLong []bool
+
+	// Outputs, filled by Engine.Forward.
+
+	// Logits[i] is logit("yes") − logit("no") at the last position of item i's prompt.
+	Logits []float32
+	// PrefixCached is true when the prefix KV came from the cross-request cache.
+	PrefixCached bool
+}
+
+// ItemTokens is Σ len(Items[i]).
+func (g *Group) ItemTokens() int {
+	n := 0
+	for _, it := range g.Items {
+		n += len(it)
+	}
+	return n
+}
+
+// TokenizeOptions controls prompt building for one batch.
+type TokenizeOptions struct {
+	// MaxDocTokens caps each document's tokens; 0 means the engine's limit.
+	MaxDocTokens int
+	// NoTruncate refuses to cut: over-long items are marked TooLong instead.
+	NoTruncate bool
+}
+
+// ForwardStats is what one forward pass measured.
+type ForwardStats struct {
+	Duration time.Duration
+	// PrefixTokens computed (cache misses), PrefixReused not computed (cache hits), ItemTokens computed.
+	PrefixTokens, PrefixReused, ItemTokens int
+	// MoE kernel choices made during the pass (empty for dense models), by variant name.
+	MoEVariants map[string]int
+	// MoEPaddingRatio is the mean padding ratio over the pass's MoE layers (0 when dense).
+	MoEPaddingRatio float64
+}
+
+// Info describes an engine for /v1/status and metrics.
+type Info struct {
+	Model        string // model name or folder
+	Architecture string // e.g. Qwen3MoeForCausalLM, or "emulated"
+	DType        string // weight dtype as loaded (f32, bf16)
+	Kernels      string // kernel implementation in use (e.g. "avx512", "generic")
+	MoEPolicy    string // MoE kernel policy ("" when dense)
+	MaxTokens    int    // longest prompt accepted (prefix + item)
+	Emulated     bool
+}
+
+// Engine runs the model.
+type Engine interface {
+	// Tokenize builds the group for one batch. Safe for concurrent use.
+	Tokenize(instruction, query string, docs []string, opt TokenizeOptions) (*Group, error)
+	// Forward scores every item of every group in one pass and fills the groups' outputs. It stops
+	// early with ctx's error when ctx is done. The node calls it from one goroutine at a time.
+	Forward(ctx context.Context, groups []*Group) (ForwardStats, error)
+	// EstimateSeconds predicts Forward's duration for the given groups (used for load reporting).
+	EstimateSeconds(groups []*Group) float64
+	Info() Info
+}
