@@ -12,14 +12,10 @@ func Linear(dst, x []float32, m int, w *Weight) {
 	n, k := w.N, w.K
 	_ = dst[m*n-1]
 	_ = x[m*k-1]
-	parallelRows(m, func(r0, r1 int) {
-		row := make([]float32, k)
-		for j := 0; j < n; j++ {
-			w.Row(row, j)
-			for i := r0; i < r1; i++ {
-				dst[i*n+j] = dotF32(x[i*k:(i+1)*k], row)
-			}
-		}
+	// Split the output columns across threads: every thread streams a disjoint part of W, which
+	// is what bounds a small-m GEMM.
+	parallelRows(n, func(n0, n1 int) {
+		gemmRows(dst, n, x, k, m, w, n0, n1, 0, false)
 	})
 }
 
