@@ -1,5 +1,10 @@
 package kernels
 
+import (
+	"fmt"
+	"sync/atomic"
+)
+
 // Expert is one MoE expert's SwiGLU feed-forward: down(silu(gate(x)) · up(x)).
 // Gate and Up are [I×H]; Down is [H×I].
 type Expert struct {
@@ -25,36 +30,35 @@ type MoEStats struct {
 	PaddingRatio float64
 	// Rows is Σ_e n_e, the routed token-expert pairs.
 	Rows int
+	// Policy is the policy that chose the variant ("threshold", "auto", "fixed:64", …).
+	Policy string
 }
 
+// defaultRunner serves MoE; SetMoEPolicy swaps it atomically so calls in flight finish with the
+// runner they started with.
+var defaultRunner atomic.Pointer[MoERunner]
+
+func init() {
+	defaultRunner.Store(NewMoERunner(MoEPolicy{Kind: PolicyThreshold}))
+}
+
+// SetMoEPolicy sets the policy of the package-level MoE. The new runner starts without cost
+// tables: under PolicyAuto the first call for each layer shape measures one (about a second), so
+// a node should call MoERunner.Calibrate at start-up or hold its own runner.
+func SetMoEPolicy(p MoEPolicy) { defaultRunner.Store(NewMoERunner(p)) }
+
+// DefaultMoERunner returns the runner the package-level MoE uses.
+func DefaultMoERunner() *MoERunner { return defaultRunner.Load() }
+
 // MoE adds to out ([nTok×H]) the weighted outputs of the experts for the routed tokens of x
-// ([nTok×H]): out[t] += Σ_{e: t routed to e} w·expert_e(x[t]). Tokens of one expert are gathered
-// and run together. The reference implementation runs one expert at a time through Linear.
+// ([nTok×H]): out[t] += Σ_{e: t routed to e} w·expert_e(x[t]), summed in expert order. It runs the
+// grouped expert GEMM with the package policy (threshold unless SetMoEPolicy changed it).
+// Malformed input (routing that does not match experts or x) is a programming error here and
+// panics with the reason; MoERunner.Run returns it as an error instead.
 func MoE(out, x []float32, hidden int, experts []Expert, r *Routing) MoEStats {
-	rows := 0
-	for e := range experts {
-		toks := r.Tokens[e]
-		n := len(toks)
-		if n == 0 {
-			continue
-		}
-		rows += n
-		ex := &experts[e]
-		inter := ex.Gate.N
-		xe := make([]float32, n*hidden)
-		for j, t := range toks {
-			copy(xe[j*hidden:(j+1)*hidden], x[int(t)*hidden:(int(t)+1)*hidden])
-		}
-		g := make([]float32, n*inter)
-		u := make([]float32, n*inter)
-		Linear(g, xe, n, ex.Gate)
-		Linear(u, xe, n, ex.Up)
-		SiLUMul(g, g, u)
-		y := make([]float32, n*hidden)
-		Linear(y, g, n, ex.Down)
-		for j, t := range toks {
-			axpy(out[int(t)*hidden:(int(t)+1)*hidden], r.Weights[e][j], y[j*hidden:(j+1)*hidden])
-		}
+	st, err := defaultRunner.Load().Run(out, x, hidden, experts, r)
+	if err != nil {
+		panic(fmt.Sprintf("kernels: MoE: %v", err))
 	}
-	return MoEStats{Variant: "reference", PaddingRatio: 1, Rows: rows}
+	return st
 }

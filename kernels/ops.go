@@ -8,16 +8,8 @@ import (
 
 // Linear computes dst[m×N] = x[m×K] · Wᵀ for the weight w (N×K). dst is overwritten.
 // It may use several threads (see SetThreads).
-func Linear(dst, x []float32, m int, w *Weight) {
-	n, k := w.N, w.K
-	_ = dst[m*n-1]
-	_ = x[m*k-1]
-	// Split the output columns across threads: every thread streams a disjoint part of W, which
-	// is what bounds a small-m GEMM.
-	parallelRows(n, func(n0, n1 int) {
-		gemmRows(dst, n, x, k, m, w, n0, n1, 0, false)
-	})
-}
+// The body lives in linear.go (owned with the GEMM kernels).
+func Linear(dst, x []float32, m int, w *Weight) { linear(dst, x, m, w) }
 
 func dotF32(a, b []float32) float32 {
 	var s float32
@@ -119,33 +111,5 @@ func ApplyRoPE(x []float32, positions []int32, heads int, t *RoPETable) {
 				v[i+half] = b*c[i] + a*s[i]
 			}
 		}
-	}
-}
-
-// SiLUMul writes dst[i] = silu(gate[i]) · up[i]. dst may alias gate or up.
-func SiLUMul(dst, gate, up []float32) {
-	for i, g := range gate {
-		dst[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
-	}
-}
-
-// Softmax normalises x in place (numerically stable).
-func Softmax(x []float32) {
-	if len(x) == 0 {
-		return
-	}
-	m := x[0]
-	for _, v := range x[1:] {
-		m = max(m, v)
-	}
-	var s float32
-	for i, v := range x {
-		e := float32(math.Exp(float64(v - m)))
-		x[i] = e
-		s += e
-	}
-	inv := 1 / s
-	for i := range x {
-		x[i] *= inv
 	}
 }

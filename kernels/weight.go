@@ -26,11 +26,17 @@ func (d DType) String() string {
 // Weight is a linear layer's matrix in the Hugging Face layout: N rows (output features) of K
 // values (input features), so y = x·Wᵀ. Implementations may keep a packed copy tuned for their
 // micro-kernel; the row-major source is kept for the reference path and for Row.
+//
+// With the assembly kernels (amd64, not purego) the constructors also pack the matrix once into
+// panels of 32 output features (see packF32 and packBF16): f32 stays f32, bf16 stays bf16, so a
+// bf16 checkpoint is never widened in memory.
 type Weight struct {
 	N, K  int
 	DType DType
 	f32   []float32 // N*K, when DType == F32
 	bf16  []uint16  // N*K raw bf16 bits, when DType == BF16
+	p32   []float32 // packed f32 panels, when DType == F32 and packWeights
+	p16   []uint16  // packed bf16 k-pair panels, when DType == BF16 and packWeights
 }
 
 // NewWeightF32 wraps a row-major [n, k] f32 matrix. The slice is retained, not copied.
@@ -38,7 +44,11 @@ func NewWeightF32(w []float32, n, k int) *Weight {
 	if len(w) != n*k {
 		panic(fmt.Sprintf("kernels: NewWeightF32: len %d != %d×%d", len(w), n, k))
 	}
-	return &Weight{N: n, K: k, DType: F32, f32: w}
+	wt := &Weight{N: n, K: k, DType: F32, f32: w}
+	if packWeights {
+		wt.p32 = packF32(w, n, k)
+	}
+	return wt
 }
 
 // NewWeightBF16 wraps a row-major [n, k] matrix of raw bf16 bits. The slice is retained (it may
@@ -47,7 +57,11 @@ func NewWeightBF16(w []uint16, n, k int) *Weight {
 	if len(w) != n*k {
 		panic(fmt.Sprintf("kernels: NewWeightBF16: len %d != %d×%d", len(w), n, k))
 	}
-	return &Weight{N: n, K: k, DType: BF16, bf16: w}
+	wt := &Weight{N: n, K: k, DType: BF16, bf16: w}
+	if packWeights {
+		wt.p16 = packBF16(w, n, k)
+	}
+	return wt
 }
 
 // Row copies row i of the weight, converted to f32, into dst (len K).
@@ -78,12 +92,17 @@ func (w *Weight) Rows(idx ...int) *Weight {
 	}
 }
 
-// Bytes is the memory the weight's values take.
+// Bytes is the memory the weight's values take (the row-major source; see PackedBytes).
 func (w *Weight) Bytes() int64 {
 	if w.DType == BF16 {
 		return int64(len(w.bf16)) * 2
 	}
 	return int64(len(w.f32)) * 4
+}
+
+// PackedBytes is the memory of the packed copy the assembly kernels read (0 without one).
+func (w *Weight) PackedBytes() int64 {
+	return int64(len(w.p32))*4 + int64(len(w.p16))*2
 }
 
 // BF16ToF32 widens raw bf16 bits to f32 (exact).

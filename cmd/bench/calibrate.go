@@ -1,5 +1,86 @@
 package main
 
-import "errors"
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
 
-func runCalibrate(args []string) error { return errors.New("not implemented yet") }
+	"github.com/relevance-scoring/relevance/bench/calibrate"
+	"github.com/relevance-scoring/relevance/bench/report"
+	"github.com/relevance-scoring/relevance/internal/cli"
+)
+
+func runCalibrate(args []string) error {
+	fs := cli.NewFlagSet("bench", "calibrate", "--node HOST:PORT [--out profile.json] [flags]")
+	node := fs.String("node", "", "scorer node gRPC address (host:port); required")
+	out := fs.String("out", "profile.json", "where to write the cost profile (JSON)")
+	repeats := fs.Int("repeats", 2, "times each batch shape is sent")
+	budget := fs.Duration("budget", 10*time.Minute, "time limit for the measurements (the shape order is shuffled, so a cut run still covers the grid)")
+	threads := fs.Int("threads", 0, "the node's compute threads, recorded in the profile (0: unknown)")
+	quick := fs.Bool("quick", false, "a smaller design (2×2×2 shapes) for a fast check")
+	samplesOut := fs.String("samples", "", "also write the raw samples as JSON to this file")
+	seed := fs.Uint64("seed", 1, "seed of the batch texts and order")
+	verbose := fs.Bool("v", true, "print one line per batch")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *node == "" {
+		return fmt.Errorf("--node is required (a scorer's gRPC host:port)")
+	}
+	if *repeats < 1 {
+		return fmt.Errorf("--repeats must be ≥ 1, got %d", *repeats)
+	}
+	o := calibrate.Options{Repeats: *repeats, Budget: *budget, Seed: *seed}
+	if *quick {
+		for _, q := range []int{3, 80} {
+			for _, n := range []int{1, 8} {
+				for _, l := range []int{48, 256} {
+					o.Shapes = append(o.Shapes, calibrate.Shape{QueryWords: q, Items: n, ItemTokens: l})
+				}
+			}
+		}
+	}
+	if *verbose {
+		o.Log = os.Stderr
+	} else {
+		o.Log = io.Discard
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := calibrate.Run(ctx, *node, *threads, o)
+	if err != nil {
+		return err
+	}
+	label := ""
+	if res.Emulated {
+		label = "EMULATED node (not a real model): "
+	}
+	p := res.Profile
+	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+		return err
+	}
+	if err := p.Save(*out); err != nil {
+		return fmt.Errorf("write profile: %w", err)
+	}
+	if *samplesOut != "" {
+		if err := report.WriteJSON(*samplesOut, res.Samples); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("%scalibrated %s (%s) from %d batches\n", label, *node, p.Model, p.Samples)
+	fmt.Printf("  a = %.4g s/token   b = %.4g s/pair   c = %.4g s/batch\n", p.A, p.B, p.C)
+	fmt.Printf("  noise σ(log) = %.3f   R² = %.4f   max |rel err| = %.1f%%\n", p.NoiseSigma, p.R2, 100*res.Fit.MaxRelErr)
+	fmt.Printf("  e.g. 20 items × 250 tokens after a 60-token prefix: %.0f ms\n", 1000*exampleCost(p.A, p.B, p.C))
+	fmt.Printf("wrote %s\n", *out)
+	return nil
+}
+
+func exampleCost(a, b, c float64) float64 {
+	const p, l, n = 60.0, 250.0, 20.0
+	return a*(p+n*l) + b*(p*p/2+n*l*(p+l/2)) + c
+}

@@ -1,5 +1,122 @@
 package main
 
-import "errors"
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
 
-func runCluster(args []string) error { return errors.New("not implemented yet") }
+	"github.com/relevance-scoring/relevance/bench/cluster"
+	"github.com/relevance-scoring/relevance/internal/cli"
+)
+
+func runCluster(args []string) error {
+	fs := cli.NewFlagSet("bench", "cluster", "[--config configs/local.yaml] [--emulated N --cost-profile F] [flags]")
+	cfgPath := fs.String("config", "configs/local.yaml", "cluster config (YAML); empty for built-in defaults")
+	emulated := fs.Int("emulated", 0, "run N emulated scorer nodes instead of the real model (needs --cost-profile)")
+	profile := fs.String("cost-profile", "bench/results/profile-small.json", "cost profile of emulated nodes")
+	nodes := fs.Int("nodes", 0, "number of real nodes (overrides nodes.count)")
+	threads := fs.Int("threads", 0, "compute threads per real node (overrides nodes.threads)")
+	split := fs.String("split", "", "proxy split strategy: fixed or cost (overrides proxy.split)")
+	route := fs.String("route", "", "proxy routing: random, round_robin or least_loaded (overrides proxy.route)")
+	hedge := fs.Bool("hedge", false, "enable proxy hedging")
+	selfTest := fs.Bool("self-test", true, "send the printed /v1/rerank example once before printing it")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg, err := cluster.LoadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	if *emulated < 0 {
+		return fmt.Errorf("--emulated must be ≥ 0, got %d", *emulated)
+	}
+	if *emulated > 0 {
+		cfg.Nodes.Engine = "emulated"
+		cfg.Nodes.Count = *emulated
+		cfg.Nodes.CostProfile = *profile
+		// 16–64 nodes: let the OS pick ports rather than demand a contiguous free range.
+		cfg.Nodes.GRPCBasePort, cfg.Nodes.HTTPBasePort = 0, 0
+	}
+	if *nodes > 0 {
+		cfg.Nodes.Count = *nodes
+	}
+	if *threads > 0 {
+		cfg.Nodes.Threads = *threads
+	}
+	if *split != "" {
+		cfg.Proxy.Split = *split
+	}
+	if *route != "" {
+		cfg.Proxy.Route = *route
+	}
+	if *hedge {
+		cfg.Proxy.Hedge = true
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	label := ""
+	if cfg.Emulated() {
+		label = "EMULATED "
+		if _, err := os.Stat(cfg.Nodes.CostProfile); err != nil {
+			return fmt.Errorf("--cost-profile: %w", err)
+		}
+	}
+	say := func(format string, a ...any) { fmt.Fprintf(os.Stderr, label+format+"\n", a...) }
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	c, err := cluster.New(cfg, os.Stderr)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		say("cluster: stopping…")
+		c.Stop()
+		say("cluster: stopped")
+	}()
+	if !cfg.Emulated() {
+		if err := c.EnsureModel(ctx); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	engine := "model " + cfg.Model.Dir
+	if cfg.Emulated() {
+		engine = "emulated engine, cost profile " + cfg.Nodes.CostProfile
+	}
+	say("cluster: starting %d scorer nodes (%s; logs in %s) …", cfg.Nodes.Count, engine, cfg.LogDir)
+	if err := c.StartNodes(ctx); err != nil {
+		return fmt.Errorf("start nodes: %w", err)
+	}
+	say("cluster: nodes ready after %v: %s", time.Since(start).Round(100*time.Millisecond), strings.Join(c.NodeAddrs(), " "))
+	if err := c.StartProxy(ctx, cfg.Proxy, "proxy"); err != nil {
+		return fmt.Errorf("start proxy: %w", err)
+	}
+	say("cluster: proxy ready: HTTP %s, gRPC %s (split=%s route=%s hedge=%v)", cfg.Proxy.HTTPAddr, cfg.Proxy.GRPCAddr,
+		orDefault(cfg.Proxy.Split), orDefault(cfg.Proxy.Route), cfg.Proxy.Hedge)
+	if *selfTest {
+		got, err := cluster.SelfTest(ctx, cfg.Proxy.HTTPAddr, 2*time.Minute)
+		if err != nil {
+			return err
+		}
+		say("cluster: self-test /v1/rerank OK: %s", got)
+	}
+	fmt.Printf("\n%s", cluster.Examples(cfg.Proxy.HTTPAddr, cfg.Proxy.GRPCAddr))
+	say("\ncluster: running; Ctrl-C stops everything.")
+	return c.Wait(ctx)
+}
+
+func orDefault(s string) string {
+	if s == "" {
+		return "default"
+	}
+	return s
+}

@@ -1,5 +1,123 @@
 package main
 
-import "errors"
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
 
-func runCompare(args []string) error { return errors.New("not implemented yet") }
+	"github.com/relevance-scoring/relevance/bench/cluster"
+	"github.com/relevance-scoring/relevance/bench/compare"
+	"github.com/relevance-scoring/relevance/internal/cli"
+	"github.com/relevance-scoring/relevance/internal/costmodel"
+)
+
+func runCompare(args []string) error {
+	fs := cli.NewFlagSet("bench", "compare", "[--nodes 16] [--cost-profile F] [--out DIR] [flags]")
+	nodes := fs.Int("nodes", 16, "number of scorer nodes")
+	profile := fs.String("cost-profile", "bench/results/profile-small.json", "cost profile of the emulated nodes")
+	real := fs.Bool("real", false, "use real nodes (the model and threads from --cluster-config) instead of emulated ones")
+	clusterCfg := fs.String("cluster-config", "configs/local.yaml", "cluster config: bin dir, log dir, model and node settings")
+	configs := fs.String("configs", "all", "comma-separated split+route[+hedge] list, or all (2 splits × 3 routes × hedging off/on)")
+	loads := fs.String("loads", "0.5,0.7,0.9", "load levels as fractions of the measured capacity")
+	duration := fs.Duration("duration", 10*time.Second, "per run, warm-up included")
+	warmup := fs.Duration("warmup", 2*time.Second, "unmeasured start of each run")
+	capacity := fs.Float64("capacity", 0, "capacity in requests/s; 0 measures it with a closed-loop probe")
+	probeDur := fs.Duration("probe-duration", 8*time.Second, "capacity probe length")
+	probeConc := fs.Int("probe-concurrency", 0, "capacity probe concurrency (0: max(4, nodes/2))")
+	wl := fs.String("workload", "", "workload YAML (default "+defaultWorkload+")")
+	seed := fs.Uint64("seed", 0, "trace and arrival seed; 0 uses the workload's")
+	traceSize := fs.Int("trace-size", 0, "distinct requests (0: the workload's trace_size)")
+	slo := fs.Duration("slo", 500*time.Millisecond, "goodput SLO (also the proxy's default deadline)")
+	timeout := fs.Duration("timeout", 10*time.Second, "per-request client timeout")
+	useGRPC := fs.Bool("grpc", false, "drive the proxy's gRPC Ranker.Score instead of HTTP /v1/rerank")
+	out := fs.String("out", "", "folder for results.json, results.md and plots (default bench/results/compare-<time>)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	ccfg, err := cluster.LoadConfig(*clusterCfg)
+	if err != nil {
+		return err
+	}
+	if *nodes < 1 {
+		return fmt.Errorf("--nodes must be ≥ 1, got %d", *nodes)
+	}
+	ccfg.Nodes.Count = *nodes
+	ccfg.Nodes.GRPCBasePort, ccfg.Nodes.HTTPBasePort = 0, 0
+	var prof *costmodel.Profile
+	if !*real {
+		ccfg.Nodes.Engine = "emulated"
+		ccfg.Nodes.CostProfile = *profile
+		if prof, err = costmodel.LoadProfile(*profile); err != nil {
+			return fmt.Errorf("--cost-profile: %w", err)
+		}
+	} else {
+		ccfg.Nodes.Engine = "real"
+	}
+	if err := ccfg.Validate(); err != nil {
+		return err
+	}
+	if !*real {
+		ccfg.LogDir += "/compare"
+	} else {
+		ccfg.LogDir += "/compare-real"
+	}
+	o := compare.Options{Cluster: ccfg, Duration: *duration, Warmup: *warmup, SLO: *slo, Timeout: *timeout, Capacity: *capacity,
+		ProbeDuration: *probeDur, ProbeConcurrency: *probeConc, GRPC: *useGRPC, Profile: prof, Log: os.Stderr}
+	if *configs != "all" {
+		for _, s := range strings.Split(*configs, ",") {
+			c, err := compare.ParseConfig(strings.TrimSpace(s))
+			if err != nil {
+				return fmt.Errorf("--configs: %w", err)
+			}
+			o.Configs = append(o.Configs, c)
+		}
+	}
+	for _, s := range strings.Split(*loads, ",") {
+		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil {
+			return fmt.Errorf("--loads: %q: %w", s, err)
+		}
+		o.Loads = append(o.Loads, f)
+	}
+	tr, err := loadTrace(*wl, *seed, *traceSize)
+	if err != nil {
+		return err
+	}
+	o.Trace, o.Seed = tr, *seed
+	if o.Seed == 0 {
+		o.Seed = tr.Spec().Seed
+	}
+	if *out == "" {
+		*out = "bench/results/compare-" + time.Now().UTC().Format("20060102-150405")
+	}
+	o.Out = *out
+	if *real {
+		c, err := cluster.New(ccfg, os.Stderr)
+		if err != nil {
+			return err
+		}
+		if err := c.EnsureModel(context.Background()); err != nil {
+			return err
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := compare.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\n%s\n%s\n%s", rep.Summary(), rep.Table(false), rep.HeadlineText())
+	if err := rep.Write(*out, "bin/bench compare "+strings.Join(args, " ")); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s/results.{json,md} and plots\n", *out)
+	return nil
+}

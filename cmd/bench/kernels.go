@@ -1,5 +1,340 @@
 package main
 
-import "errors"
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"time"
 
-func runKernels(args []string) error { return errors.New("not implemented yet") }
+	"github.com/relevance-scoring/relevance/internal/cli"
+	"github.com/relevance-scoring/relevance/kernels"
+)
+
+// moeLayer is the shape of one benchmarked MoE layer.
+type moeLayer struct {
+	Name                  string
+	Experts, TopK         int
+	Hidden, Inter         int
+	quickHidden, quickInt int
+}
+
+var moeLayers = []moeLayer{
+	{Name: "qwen3-30b-a3b", Experts: 128, TopK: 8, Hidden: 2048, Inter: 768, quickHidden: 256, quickInt: 96},
+	{Name: "qwen1.5-moe", Experts: 60, TopK: 4, Hidden: 2048, Inter: 1408, quickHidden: 256, quickInt: 176},
+}
+
+// routingDist is one seeded routing distribution: tokens = sequences × 576.
+type routingDist struct {
+	Name  string
+	Seqs  int
+	ZipfS float64
+}
+
+var routingDists = []routingDist{
+	{Name: "balanced-4x576", Seqs: 4},
+	{Name: "zipf0.5-4x576", Seqs: 4, ZipfS: 0.5},
+	{Name: "zipf1.0-4x576", Seqs: 4, ZipfS: 1.0},
+	{Name: "balanced-1x576", Seqs: 1},
+	{Name: "balanced-16x576", Seqs: 16},
+}
+
+type variantResult struct {
+	Variant string  `json:"variant"`
+	Seconds float64 `json:"seconds"`
+	GFLOPS  float64 `json:"useful_gflops"`
+}
+
+type distResult struct {
+	Name            string             `json:"name"`
+	Layer           string             `json:"layer"`
+	Tokens          int                `json:"tokens"`
+	Rows            int                `json:"rows"`
+	PaddingRatio    map[string]float64 `json:"padding_ratio"`
+	Variants        []variantResult    `json:"variants"`
+	Best            string             `json:"best"`
+	ThresholdChoice string             `json:"threshold_choice"`
+	ThresholdRegret float64            `json:"threshold_regret"`
+	AutoChoice      string             `json:"auto_choice"`
+	AutoRegret      float64            `json:"auto_regret"`
+	AutoPredicted   map[string]float64 `json:"auto_predicted_seconds"`
+}
+
+type kernelsReport struct {
+	PeakF32GFLOPS   float64                         `json:"peak_f32_gflops"`
+	GemmF32GFLOPS   float64                         `json:"gemm_f32_gflops"`
+	GemmBF16GFLOPS  float64                         `json:"gemm_bf16_gflops"`
+	GemmF32GFLOPS2T float64                         `json:"gemm_f32_gflops_2t"`
+	GemmShape       string                          `json:"gemm_shape"`
+	Implementation  string                          `json:"implementation"`
+	Threads         int                             `json:"threads"`
+	DType           string                          `json:"dtype"`
+	Quick           bool                            `json:"quick"`
+	Reps            int                             `json:"reps"`
+	LoadAvg         string                          `json:"load_avg"`
+	WeightSets      int                             `json:"weight_sets"`
+	CostTables      map[string]kernels.MoECostTable `json:"cost_tables"`
+	Distributions   []distResult                    `json:"distributions"`
+}
+
+func runKernels(args []string) error {
+	fs := cli.NewFlagSet("bench", "kernels", "[--json] [--quick] [--layers a,b]")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
+	quick := fs.Bool("quick", false, "shrink the layers (hidden 256, widths /8) and repetitions for CI")
+	layers := fs.String("layers", "qwen3-30b-a3b,qwen1.5-moe", "comma-separated MoE layer shapes: qwen3-30b-a3b, qwen1.5-moe")
+	dists := fs.String("dists", "", "comma-separated distribution names to run (empty: all)")
+	dtype := fs.String("dtype", "bf16", "expert weight type: f32 or bf16")
+	threads := fs.Int("threads", 2, "kernel threads for the MoE runs (≥ 1)")
+	reps := fs.Int("reps", 3, "timed repetitions per variant (median reported); 0: 3, or 1 with --quick")
+	calib := fs.Duration("calibrate", time.Second, "auto policy's cost-table measurement budget per layer")
+	weightSets := fs.Int("weight-sets", 8, "distinct expert weight sets, shared round-robin by the experts (bounds memory; ≥ 1)")
+	gemmTime := fs.Duration("gemm-time", 300*time.Millisecond, "measuring time of each GEMM figure")
+	seed := fs.Uint64("seed", 1, "routing and weight seed")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *threads < 1 {
+		return fmt.Errorf("--threads: must be ≥ 1, got %d", *threads)
+	}
+	if *weightSets < 1 {
+		return fmt.Errorf("--weight-sets: must be ≥ 1, got %d", *weightSets)
+	}
+	if *reps < 0 {
+		return fmt.Errorf("--reps: must be ≥ 0, got %d", *reps)
+	}
+	if *reps == 0 {
+		*reps = 3
+		if *quick {
+			*reps = 1
+		}
+	}
+	var dt kernels.DType
+	switch *dtype {
+	case "f32":
+		dt = kernels.F32
+	case "bf16":
+		dt = kernels.BF16
+	default:
+		return fmt.Errorf("--dtype: want f32 or bf16, got %q", *dtype)
+	}
+	var sel []moeLayer
+	for _, name := range strings.Split(*layers, ",") {
+		i := slices.IndexFunc(moeLayers, func(l moeLayer) bool { return l.Name == strings.TrimSpace(name) })
+		if i < 0 {
+			return fmt.Errorf("--layers: unknown layer %q (want qwen3-30b-a3b or qwen1.5-moe)", name)
+		}
+		sel = append(sel, moeLayers[i])
+	}
+	var selDists []routingDist
+	for _, d := range routingDists {
+		if *dists == "" || slices.Contains(strings.Split(*dists, ","), d.Name) {
+			selDists = append(selDists, d)
+		}
+	}
+	if len(selDists) == 0 {
+		return fmt.Errorf("--dists: no distribution matches %q", *dists)
+	}
+
+	prevThreads := kernels.Threads()
+	defer kernels.SetThreads(prevThreads)
+	out := os.Stdout
+	text := io.Writer(os.Stderr) // progress and tables; stdout only holds the JSON with --json
+	if !*asJSON {
+		text = out
+	}
+
+	rep := kernelsReport{Threads: *threads, DType: dt.String(), Quick: *quick, Reps: *reps,
+		WeightSets: *weightSets, Implementation: kernels.Implementation(), LoadAvg: loadAvg(),
+		CostTables: map[string]kernels.MoECostTable{}}
+	rep.PeakF32GFLOPS = kernels.PeakF32GFLOPS(*gemmTime)
+	gm, gn, gk := 144, 1536, 2048
+	rep.GemmShape = fmt.Sprintf("%d×%d×%d", gm, gn, gk)
+	rep.GemmF32GFLOPS = kernels.GemmGFLOPS(gm, gn, gk, kernels.F32, 1, *gemmTime)
+	rep.GemmBF16GFLOPS = kernels.GemmGFLOPS(gm, gn, gk, kernels.BF16, 1, *gemmTime)
+	rep.GemmF32GFLOPS2T = kernels.GemmGFLOPS(gm, gn, gk, kernels.F32, 2, *gemmTime)
+	fmt.Fprintf(text, "kernels: %s; load average %s\n", rep.Implementation, rep.LoadAvg)
+	fmt.Fprintf(text, "peak f32 one core %.1f GFLOP/s; GEMM %s: f32 1t %.1f, bf16 1t %.1f, f32 2t %.1f GFLOP/s\n\n",
+		rep.PeakF32GFLOPS, rep.GemmShape, rep.GemmF32GFLOPS, rep.GemmBF16GFLOPS, rep.GemmF32GFLOPS2T)
+
+	kernels.SetThreads(*threads)
+	for _, l := range sel {
+		h, in := l.Hidden, l.Inter
+		if *quick {
+			h, in = l.quickHidden, l.quickInt
+		}
+		experts := benchExperts(l.Experts, h, in, dt, *weightSets, *seed)
+		auto := kernels.NewMoERunner(kernels.MoEPolicy{Kind: kernels.PolicyAuto})
+		threshold := kernels.NewMoERunner(kernels.MoEPolicy{Kind: kernels.PolicyThreshold})
+		t0 := time.Now()
+		table, err := auto.Calibrate(experts, *calib)
+		if err != nil {
+			return fmt.Errorf("layer %s: %w", l.Name, err)
+		}
+		rep.CostTables[l.Name] = table
+		fmt.Fprintf(text, "== %s: %d experts, top-%d, hidden %d, width %d, %s weights (%d distinct sets), %d threads\n",
+			l.Name, l.Experts, l.TopK, h, in, dt, *weightSets, *threads)
+		fmt.Fprintf(text, "   auto cost table (%v): tile µs 128:%.0f 64:%.0f 32:%.0f 16:%.0f; exact item %.0f µs + %.2f µs/row\n",
+			time.Since(t0).Round(time.Millisecond), table.TileSeconds[0]*1e6, table.TileSeconds[1]*1e6,
+			table.TileSeconds[2]*1e6, table.TileSeconds[3]*1e6, table.ItemSeconds*1e6, table.RowSeconds*1e6)
+		for _, d := range selDists {
+			r, err := benchDist(l, d, h, in, experts, auto, threshold, *reps, *seed)
+			if err != nil {
+				return fmt.Errorf("layer %s, %s: %w", l.Name, d.Name, err)
+			}
+			printDist(text, r)
+			rep.Distributions = append(rep.Distributions, r)
+		}
+	}
+	rep.LoadAvg = rep.LoadAvg + " → " + loadAvg()
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return nil
+}
+
+// benchDist times every variant on one routing (interleaved repetitions, medians) and scores the
+// policies' choices against the fastest.
+func benchDist(l moeLayer, d routingDist, h, in int, experts []kernels.Expert, auto, threshold *kernels.MoERunner, reps int, seed uint64) (distResult, error) {
+	nTok := d.Seqs * 576
+	rt, err := kernels.SyntheticRouting(nTok, l.Experts, l.TopK, d.ZipfS, seed+uint64(d.Seqs)*31+uint64(d.ZipfS*100))
+	if err != nil {
+		return distResult{}, err
+	}
+	counts := kernels.RoutingCounts(rt)
+	res := distResult{Name: l.Name + "/" + d.Name, Layer: l.Name, Tokens: nTok,
+		PaddingRatio: map[string]float64{}, AutoPredicted: map[string]float64{}}
+	for _, c := range counts {
+		res.Rows += c
+	}
+	for _, b := range []int{128, 64, 32, 16} {
+		res.PaddingRatio[fmt.Sprint(b)] = kernels.PaddingRatio(counts, b)
+	}
+	rng := rand.New(rand.NewPCG(seed, 7))
+	x := make([]float32, nTok*h)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	outBuf := make([]float32, len(x))
+	variants := kernels.MoEVariants()
+	times := make([][]float64, len(variants))
+	// One untimed pass per variant first: it grows the runner's scratch to this size.
+	for _, v := range variants {
+		if _, err := auto.RunVariant(v, outBuf, x, h, experts, rt); err != nil {
+			return distResult{}, err
+		}
+	}
+	for range reps {
+		for i, v := range variants {
+			clear(outBuf)
+			t0 := time.Now()
+			if _, err := auto.RunVariant(v, outBuf, x, h, experts, rt); err != nil {
+				return distResult{}, err
+			}
+			times[i] = append(times[i], time.Since(t0).Seconds())
+		}
+	}
+	flops := 6 * float64(res.Rows) * float64(h) * float64(in) // gate, up, down: 2·H·I each
+	best := 0
+	med := make([]float64, len(variants))
+	for i, v := range variants {
+		med[i] = median(times[i])
+		res.Variants = append(res.Variants, variantResult{Variant: v.String(), Seconds: med[i], GFLOPS: flops / med[i] / 1e9})
+		if med[i] < med[best] {
+			best = i
+		}
+	}
+	res.Best = variants[best].String()
+	regret := func(v kernels.MoEVariant) float64 {
+		return med[slices.Index(variants, v)]/med[best] - 1
+	}
+	tv, err := threshold.Choose(experts, counts)
+	if err != nil {
+		return distResult{}, err
+	}
+	av, err := auto.Choose(experts, counts)
+	if err != nil {
+		return distResult{}, err
+	}
+	res.ThresholdChoice, res.ThresholdRegret = tv.String(), regret(tv)
+	res.AutoChoice, res.AutoRegret = av.String(), regret(av)
+	if table, ok := auto.CostTable(h, in, experts[0].Gate.DType); ok {
+		for _, v := range variants {
+			res.AutoPredicted[v.String()] = table.Predict(v, counts)
+		}
+	}
+	return res, nil
+}
+
+func printDist(w io.Writer, r distResult) {
+	fmt.Fprintf(w, "-- %s: %d tokens, %d rows; padded/actual 128:%.2f 64:%.2f 32:%.2f 16:%.2f\n",
+		r.Name, r.Tokens, r.Rows, r.PaddingRatio["128"], r.PaddingRatio["64"], r.PaddingRatio["32"], r.PaddingRatio["16"])
+	fmt.Fprintf(w, "   %-9s %10s %14s %12s\n", "variant", "time ms", "useful GFLOP/s", "auto pred ms")
+	for _, v := range r.Variants {
+		mark := ""
+		if v.Variant == r.Best {
+			mark = "  ← best"
+		}
+		fmt.Fprintf(w, "   %-9s %10.2f %14.1f %12.2f%s\n", v.Variant, v.Seconds*1e3, v.GFLOPS, r.AutoPredicted[v.Variant]*1e3, mark)
+	}
+	fmt.Fprintf(w, "   threshold → %s (regret %.1f%%); auto → %s (regret %.1f%%)\n\n",
+		r.ThresholdChoice, 100*r.ThresholdRegret, r.AutoChoice, 100*r.AutoRegret)
+}
+
+// benchExperts builds nE experts that share sets distinct weight sets round-robin: the weights
+// of a full layer (2.4 GB in f32 for 128 experts) would not fit beside six other agents, and
+// eight sets already exceed the caches, so every expert's weights still come from memory.
+func benchExperts(nE, h, in int, dt kernels.DType, sets int, seed uint64) []kernels.Expert {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	mk := func(n, k int) *kernels.Weight {
+		w := make([]float32, n*k)
+		s := 1 / math.Sqrt(float64(k))
+		for i := range w {
+			w[i] = float32(rng.NormFloat64() * s)
+		}
+		if dt == kernels.BF16 {
+			b := make([]uint16, len(w))
+			kernels.F32ToBF16(b, w)
+			return kernels.NewWeightBF16(b, n, k)
+		}
+		return kernels.NewWeightF32(w, n, k)
+	}
+	base := make([]kernels.Expert, min(sets, nE))
+	for i := range base {
+		base[i] = kernels.Expert{Gate: mk(in, h), Up: mk(in, h), Down: mk(h, in)}
+	}
+	ex := make([]kernels.Expert, nE)
+	for e := range ex {
+		ex[e] = base[e%len(base)]
+	}
+	return ex
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return math.NaN()
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,5 +1,30 @@
 package main
 
-import "errors"
+import (
+	"fmt"
 
-func runGenModel(args []string) error { return errors.New("not implemented yet") }
+	"github.com/relevance-scoring/relevance/internal/cli"
+	"github.com/relevance-scoring/relevance/scorer/model"
+)
+
+// runGenModel writes a deterministic random-initialised checkpoint (contract:
+// gen-model --arch qwen3|qwen3_moe|qwen2_moe --preset tiny|small --seed N --out DIR).
+func runGenModel(args []string) error {
+	fs := cli.NewFlagSet("scorer", "gen-model", "--arch qwen3|qwen3_moe|qwen2_moe --preset tiny|small --seed N --out DIR [--dtype bf16|f32] [--fused-experts]")
+	arch := fs.String("arch", "qwen3", "architecture: qwen3, qwen3_moe or qwen2_moe")
+	preset := fs.String("preset", "tiny", "size preset: tiny or small")
+	seed := fs.Uint64("seed", 1, "random seed (the output is deterministic for a seed)")
+	out := fs.String("out", "", "output folder (created if missing)")
+	dtype := fs.String("dtype", "bf16", "weight dtype: bf16 or f32")
+	fused := fs.Bool("fused-experts", false, "store MoE experts as fused gate_up_proj/down_proj tensors")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *out == "" {
+		return fmt.Errorf("--out: required")
+	}
+	return model.Generate(*out, model.GenSpec{Arch: *arch, Preset: *preset, Seed: *seed, DType: *dtype, FusedExperts: *fused})
+}

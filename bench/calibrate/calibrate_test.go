@@ -1,0 +1,131 @@
+package calibrate
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/relevance-scoring/relevance/internal/costmodel"
+	"github.com/relevance-scoring/relevance/internal/fakenode"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func within(t *testing.T, name string, got, want, tol float64) {
+	t.Helper()
+	if math.Abs(got-want) > tol*want {
+		t.Errorf("%s = %.4g, want %.4g ± %.0f%%", name, got, want, 100*tol)
+	}
+}
+
+// synthetic samples from known coefficients, with multiplicative noise σ.
+func synthetic(c costmodel.Coeffs, sigma float64, seed uint64) []Sample {
+	r := rand.New(rand.NewPCG(seed, 1))
+	var out []Sample
+	for rep := 0; rep < 3; rep++ {
+		for _, sh := range Grid() {
+			s := Sample{Shape: sh, PrefixTokens: 60 + 2*sh.QueryWords}
+			for range sh.Items {
+				s.ItemTokens = append(s.ItemTokens, sh.ItemTokens+r.IntN(10))
+			}
+			s.Seconds = c.Seconds(s.Features()) * math.Exp(sigma*r.NormFloat64())
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func TestFitRecoversCoefficients(t *testing.T) {
+	tests := []struct {
+		name  string
+		c     costmodel.Coeffs
+		sigma float64
+		tol   float64
+	}{
+		{"exact", costmodel.Coeffs{A: 2e-4, B: 3e-8, C: 5e-3}, 0, 1e-6},
+		{"noisy", costmodel.Coeffs{A: 2e-4, B: 3e-8, C: 5e-3}, 0.05, 0.3},
+		{"no attention term", costmodel.Coeffs{A: 1e-4, C: 2e-3}, 0, 1e-6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := FitSamples(synthetic(tt.c, tt.sigma, 7))
+			if err != nil {
+				t.Fatal(err)
+			}
+			within(t, "a", f.Coeffs.A, tt.c.A, tt.tol)
+			within(t, "c", f.Coeffs.C, tt.c.C, tt.tol)
+			if tt.c.B == 0 {
+				if f.Coeffs.B > 1e-12 {
+					t.Errorf("b = %g, want 0", f.Coeffs.B)
+				}
+			} else {
+				within(t, "b", f.Coeffs.B, tt.c.B, tt.tol)
+			}
+			within(t, "sigma", f.Sigma+1e-9, tt.sigma+1e-9, 0.35)
+			if f.R2 < 0.95 {
+				t.Errorf("R² = %.3f", f.R2)
+			}
+			if f.Coeffs.A < 0 || f.Coeffs.B < 0 || f.Coeffs.C < 0 {
+				t.Errorf("negative coefficient %+v", f.Coeffs)
+			}
+		})
+	}
+}
+
+func TestFitNonNegative(t *testing.T) {
+	// Data that an unconstrained fit explains with a negative batch overhead.
+	var s []Sample
+	for _, n := range []int{1, 2, 4, 8, 16} {
+		smp := Sample{PrefixTokens: 10}
+		for range n {
+			smp.ItemTokens = append(smp.ItemTokens, 100)
+		}
+		smp.Seconds = 1e-3*float64(n) - 4e-4 + 1e-5
+		s = append(s, smp)
+	}
+	f, err := FitSamples(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Coeffs.A < 0 || f.Coeffs.B < 0 || f.Coeffs.C < 0 {
+		t.Fatalf("negative coefficient %+v", f.Coeffs)
+	}
+	if _, err := FitSamples(s[:2]); err == nil {
+		t.Error("fit of 2 samples: no error")
+	}
+}
+
+// TestCalibrateFakeNode runs the whole tool against an in-process node with a known cost.
+func TestCalibrateFakeNode(t *testing.T) {
+	truth := costmodel.Coeffs{A: 4e-6, B: 5e-9, C: 1e-3}
+	n, err := fakenode.Start(fakenode.Options{Coeffs: truth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	shapes := []Shape{}
+	for _, q := range []int{3, 160} {
+		for _, items := range []int{1, 8} {
+			for _, l := range []int{32, 384} {
+				shapes = append(shapes, Shape{QueryWords: q, Items: items, ItemTokens: l})
+			}
+		}
+	}
+	res, err := Run(context.Background(), n.Addr(), 1, Options{Shapes: shapes, Repeats: 1, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Profile.Samples != len(shapes) || !res.Emulated || res.Profile.Model != "fakenode" || res.Profile.Machine == "" {
+		t.Errorf("profile %+v emulated %v", res.Profile, res.Emulated)
+	}
+	// The fake node reports exactly the formula's time: the fit must recover it.
+	within(t, "a", res.Profile.A, truth.A, 0.01)
+	within(t, "b", res.Profile.B, truth.B, 0.01)
+	within(t, "c", res.Profile.C, truth.C, 0.01)
+	if err := res.Profile.Validate(); err != nil {
+		t.Error(err)
+	}
+}

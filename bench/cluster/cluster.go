@@ -1,0 +1,471 @@
+// Package cluster starts and supervises a local relevance cluster: N scorer nodes (real model or
+// emulated from a cost profile) and a proxy in front of them, as child processes of one
+// supervisor. It is what `make run` (bench cluster) and `bench compare` use.
+//
+// Children run in their own process groups and die with the supervisor (Pdeathsig on Linux). A
+// child that exits early is reported with its last log lines and the whole cluster stops. A
+// Cluster's methods are safe for concurrent use; Stop is idempotent.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is a local cluster (configs/local.yaml).
+type Config struct {
+	// BinDir holds scorer and proxy; "" means bin.
+	BinDir string `yaml:"bin_dir"`
+	// LogDir receives one log file per child; "" means .cache/cluster.
+	LogDir string `yaml:"log_dir"`
+	// ReadyTimeout bounds the wait for every /readyz (model loading included); 0 means 5m.
+	ReadyTimeout time.Duration `yaml:"ready_timeout"`
+	Model        Model         `yaml:"model"`
+	Nodes        Nodes         `yaml:"nodes"`
+	Proxy        Proxy         `yaml:"proxy"`
+}
+
+// Model is the checkpoint the real nodes load; generated once with `scorer gen-model`.
+type Model struct {
+	// Dir is the cached checkpoint folder; "" means models/<preset>-<arch>-seed<seed>.
+	Dir string `yaml:"dir"`
+	// Arch is qwen3, qwen3_moe or qwen2_moe; "" means qwen3_moe.
+	Arch string `yaml:"arch"`
+	// Preset is tiny or small; "" means small.
+	Preset string `yaml:"preset"`
+	// Seed of the generated weights; 0 means 1.
+	Seed int `yaml:"seed"`
+}
+
+// Nodes are the scorer nodes.
+type Nodes struct {
+	// Count of nodes; 0 means 2.
+	Count int `yaml:"count"`
+	// Threads per node (compute threads); 0 leaves the scorer's default.
+	Threads int `yaml:"threads"`
+	// Host to bind; "" means 127.0.0.1.
+	Host string `yaml:"host"`
+	// GRPCBasePort and HTTPBasePort: node i listens on base+i; 0 picks free ports.
+	GRPCBasePort int `yaml:"grpc_base_port"`
+	HTTPBasePort int `yaml:"http_base_port"`
+	// Engine is real or emulated; "" means real.
+	Engine string `yaml:"engine"`
+	// CostProfile is the emulated engine's profile (required when Engine is emulated).
+	CostProfile string `yaml:"cost_profile"`
+	// MaxTokens caps a prompt's tokens; 0 leaves the scorer's default.
+	MaxTokens int `yaml:"max_tokens"`
+	// MoEPolicy is threshold, auto or fixed:<blockM>; "" leaves the scorer's default.
+	MoEPolicy string `yaml:"moe_policy"`
+	// Args are extra flags for every node.
+	Args []string `yaml:"args"`
+}
+
+// Proxy is the front.
+type Proxy struct {
+	// HTTPAddr and GRPCAddr; "" means 127.0.0.1:8080 and 127.0.0.1:9090 (the contract).
+	HTTPAddr string `yaml:"http_addr"`
+	GRPCAddr string `yaml:"grpc_addr"`
+	// Split is fixed or cost; Route is random, round_robin or least_loaded; "" leaves the
+	// proxy's defaults.
+	Split string `yaml:"split"`
+	Route string `yaml:"route"`
+	Hedge bool   `yaml:"hedge"`
+	// SLO is the default request budget; 0 leaves the proxy's default.
+	SLO time.Duration `yaml:"slo"`
+	// TokenCounter is exact or estimate; "" leaves the proxy's default.
+	TokenCounter string `yaml:"token_counter"`
+	// Config is a proxy YAML passed as --config; "" passes none.
+	Config string `yaml:"config"`
+	// Args are extra flags.
+	Args []string `yaml:"args"`
+}
+
+// LoadConfig reads a YAML cluster config: defaults, file, validation.
+func LoadConfig(path string) (Config, error) {
+	var c Config
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return c, fmt.Errorf("load cluster config: %w", err)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(b)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+			return c, fmt.Errorf("load cluster config %s: %w", path, err)
+		}
+	}
+	c.Defaults()
+	return c, c.Validate()
+}
+
+// Defaults fills unset fields.
+func (c *Config) Defaults() {
+	if c.BinDir == "" {
+		c.BinDir = "bin"
+	}
+	if c.LogDir == "" {
+		c.LogDir = ".cache/cluster"
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = 5 * time.Minute
+	}
+	if c.Model.Arch == "" {
+		c.Model.Arch = "qwen3_moe"
+	}
+	if c.Model.Preset == "" {
+		c.Model.Preset = "small"
+	}
+	if c.Model.Seed == 0 {
+		c.Model.Seed = 1
+	}
+	if c.Model.Dir == "" {
+		c.Model.Dir = filepath.Join("models", fmt.Sprintf("%s-%s-seed%d", c.Model.Preset, c.Model.Arch, c.Model.Seed))
+	}
+	if c.Nodes.Count == 0 {
+		c.Nodes.Count = 2
+	}
+	if c.Nodes.Host == "" {
+		c.Nodes.Host = "127.0.0.1"
+	}
+	if c.Nodes.Engine == "" {
+		c.Nodes.Engine = "real"
+	}
+	if c.Proxy.HTTPAddr == "" {
+		c.Proxy.HTTPAddr = "127.0.0.1:8080"
+	}
+	if c.Proxy.GRPCAddr == "" {
+		c.Proxy.GRPCAddr = "127.0.0.1:9090"
+	}
+}
+
+// Validate names the first bad field.
+func (c *Config) Validate() error {
+	switch {
+	case c.Nodes.Count < 1 || c.Nodes.Count > 256:
+		return fmt.Errorf("nodes.count: must be in [1, 256], got %d", c.Nodes.Count)
+	case c.Nodes.Threads < 0:
+		return fmt.Errorf("nodes.threads: must be ≥ 0, got %d", c.Nodes.Threads)
+	case c.Nodes.GRPCBasePort < 0 || c.Nodes.GRPCBasePort+c.Nodes.Count > 65535:
+		return fmt.Errorf("nodes.grpc_base_port: out of range, got %d", c.Nodes.GRPCBasePort)
+	case c.Nodes.HTTPBasePort < 0 || c.Nodes.HTTPBasePort+c.Nodes.Count > 65535:
+		return fmt.Errorf("nodes.http_base_port: out of range, got %d", c.Nodes.HTTPBasePort)
+	case c.Nodes.Engine != "real" && c.Nodes.Engine != "emulated":
+		return fmt.Errorf("nodes.engine: must be real or emulated, got %q", c.Nodes.Engine)
+	case c.Nodes.Engine == "emulated" && c.Nodes.CostProfile == "":
+		return errors.New("nodes.cost_profile: required when nodes.engine is emulated")
+	case c.Proxy.Split != "" && c.Proxy.Split != "fixed" && c.Proxy.Split != "cost":
+		return fmt.Errorf("proxy.split: must be fixed or cost, got %q", c.Proxy.Split)
+	case c.Proxy.Route != "" && c.Proxy.Route != "random" && c.Proxy.Route != "round_robin" && c.Proxy.Route != "least_loaded":
+		return fmt.Errorf("proxy.route: must be random, round_robin or least_loaded, got %q", c.Proxy.Route)
+	case c.Proxy.SLO < 0:
+		return fmt.Errorf("proxy.slo: must be ≥ 0, got %v", c.Proxy.SLO)
+	case c.ReadyTimeout < 0:
+		return fmt.Errorf("ready_timeout: must be ≥ 0, got %v", c.ReadyTimeout)
+	}
+	switch c.Model.Arch {
+	case "qwen3", "qwen3_moe", "qwen2_moe":
+	default:
+		return fmt.Errorf("model.arch: must be qwen3, qwen3_moe or qwen2_moe, got %q", c.Model.Arch)
+	}
+	if c.Model.Preset != "tiny" && c.Model.Preset != "small" {
+		return fmt.Errorf("model.preset: must be tiny or small, got %q", c.Model.Preset)
+	}
+	for _, a := range []struct{ field, addr string }{{"proxy.http_addr", c.Proxy.HTTPAddr}, {"proxy.grpc_addr", c.Proxy.GRPCAddr}} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return fmt.Errorf("%s: want host:port, got %q", a.field, a.addr)
+		}
+	}
+	return nil
+}
+
+// Emulated reports whether the nodes are emulated (everything printed must say so).
+func (c *Config) Emulated() bool { return c.Nodes.Engine == "emulated" }
+
+// Node is one started scorer node.
+type Node struct {
+	*Proc
+	GRPCAddr, HTTPAddr string
+}
+
+// Cluster is a set of running children.
+type Cluster struct {
+	cfg   Config
+	log   io.Writer
+	mu    sync.Mutex
+	nodes []Node
+	proxy *Proc
+}
+
+// New returns a cluster for cfg (validated) that reports progress to log.
+func New(cfg Config, log io.Writer) (*Cluster, error) {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Cluster{cfg: cfg, log: log}, nil
+}
+
+func (c *Cluster) bin(name string) string { return filepath.Join(c.cfg.BinDir, name) }
+
+// ModelComplete reports whether dir holds a usable checkpoint.
+func ModelComplete(dir string) bool {
+	for _, f := range []string{"config.json", "tokenizer.json"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			return false
+		}
+	}
+	m, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	return len(m) > 0
+}
+
+// EnsureModel generates the configured checkpoint unless a complete one is cached. It writes
+// to a temporary folder and renames it, so an interrupted generation is never mistaken for a
+// complete one.
+func (c *Cluster) EnsureModel(ctx context.Context) error {
+	dir := c.cfg.Model.Dir
+	if ModelComplete(dir) {
+		fmt.Fprintf(c.log, "model: using cached %s\n", dir)
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("generate model: %w", err)
+	}
+	tmp := dir + ".tmp"
+	_ = os.RemoveAll(tmp)
+	fmt.Fprintf(c.log, "model: generating %s %s (seed %d) into %s …\n", c.cfg.Model.Preset, c.cfg.Model.Arch, c.cfg.Model.Seed, dir)
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, c.bin("scorer"), "gen-model", "--arch", c.cfg.Model.Arch, "--preset", c.cfg.Model.Preset,
+		"--seed", strconv.Itoa(c.cfg.Model.Seed), "--out", tmp)
+	cmd.SysProcAttr = sysProcAttr()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("generate model: %s gen-model: %w\n%s", c.bin("scorer"), err, lastLines(string(out), 20))
+	}
+	if !ModelComplete(tmp) {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("generate model: gen-model wrote no complete checkpoint in %s (want config.json, tokenizer.json, *.safetensors)", tmp)
+	}
+	_ = os.RemoveAll(dir)
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("generate model: %w", err)
+	}
+	fmt.Fprintf(c.log, "model: generated in %v\n", time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return "  | " + strings.Join(l, "\n  | ")
+}
+
+// FreePort returns a port on host that was free a moment ago.
+func FreePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func portAddr(host string, base, i int) (string, error) {
+	if base == 0 {
+		p, err := FreePort(host)
+		if err != nil {
+			return "", err
+		}
+		return net.JoinHostPort(host, strconv.Itoa(p)), nil
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(base+i))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("port %s is taken (another cluster still running?): %w", addr, err)
+	}
+	l.Close()
+	return addr, nil
+}
+
+// StartNodes starts the scorer nodes and waits until each answers /readyz.
+func (c *Cluster) StartNodes(ctx context.Context) error {
+	n := c.cfg.Nodes
+	for i := range n.Count {
+		g, err := portAddr(n.Host, n.GRPCBasePort, i)
+		if err != nil {
+			return err
+		}
+		h, err := portAddr(n.Host, n.HTTPBasePort, i)
+		if err != nil {
+			return err
+		}
+		id := fmt.Sprintf("node-%d", i)
+		args := []string{"serve", "--grpc-addr", g, "--http-addr", h, "--node-id", id, "--engine", n.Engine}
+		if n.Engine == "emulated" {
+			args = append(args, "--cost-profile", n.CostProfile)
+		} else {
+			args = append(args, "--model", c.cfg.Model.Dir)
+		}
+		if n.Threads > 0 {
+			args = append(args, "--threads", strconv.Itoa(n.Threads))
+		}
+		if n.MaxTokens > 0 {
+			args = append(args, "--max-tokens", strconv.Itoa(n.MaxTokens))
+		}
+		if n.MoEPolicy != "" {
+			args = append(args, "--moe-policy", n.MoEPolicy)
+		}
+		args = append(args, n.Args...)
+		p, err := StartProc(id, c.bin("scorer"), args, filepath.Join(c.cfg.LogDir, id+".log"))
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.nodes = append(c.nodes, Node{Proc: p, GRPCAddr: g, HTTPAddr: h})
+		c.mu.Unlock()
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadyTimeout)
+	defer cancel()
+	for _, nd := range c.Nodes() {
+		if err := WaitReady(rctx, nd.Proc, "http://"+nd.HTTPAddr+"/readyz"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Nodes returns the started nodes.
+func (c *Cluster) Nodes() []Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Node(nil), c.nodes...)
+}
+
+// NodeAddrs returns the nodes' gRPC addresses.
+func (c *Cluster) NodeAddrs() []string {
+	var a []string
+	for _, n := range c.Nodes() {
+		a = append(a, n.GRPCAddr)
+	}
+	return a
+}
+
+// ProxyArgs are the proxy's flags for config p in front of nodes.
+func ProxyArgs(p Proxy, nodes []string) []string {
+	args := []string{"serve", "--http-addr", p.HTTPAddr, "--grpc-addr", p.GRPCAddr, "--nodes", strings.Join(nodes, ",")}
+	if p.Config != "" {
+		args = append(args, "--config", p.Config)
+	}
+	if p.Split != "" {
+		args = append(args, "--split", p.Split)
+	}
+	if p.Route != "" {
+		args = append(args, "--route", p.Route)
+	}
+	if p.Hedge {
+		args = append(args, "--hedge")
+	}
+	if p.SLO > 0 {
+		args = append(args, "--slo", p.SLO.String())
+	}
+	if p.TokenCounter != "" {
+		args = append(args, "--token-counter", p.TokenCounter)
+	}
+	return append(args, p.Args...)
+}
+
+// StartProxy starts a proxy with config p in front of the running nodes (replacing a running
+// proxy: compare restarts it per configuration) and waits for its /readyz.
+func (c *Cluster) StartProxy(ctx context.Context, p Proxy, logName string) error {
+	c.StopProxy()
+	if _, err := portAddr(hostOf(p.HTTPAddr), portOf(p.HTTPAddr), 0); err != nil {
+		return fmt.Errorf("proxy http_addr: %w", err)
+	}
+	if _, err := portAddr(hostOf(p.GRPCAddr), portOf(p.GRPCAddr), 0); err != nil {
+		return fmt.Errorf("proxy grpc_addr: %w", err)
+	}
+	proc, err := StartProc("proxy", c.bin("proxy"), ProxyArgs(p, c.NodeAddrs()), filepath.Join(c.cfg.LogDir, logName+".log"))
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.proxy = proc
+	c.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadyTimeout)
+	defer cancel()
+	return WaitReady(rctx, proc, "http://"+p.HTTPAddr+"/readyz")
+}
+
+func hostOf(addr string) string { h, _, _ := net.SplitHostPort(addr); return h }
+func portOf(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// StopProxy stops the proxy if one runs.
+func (c *Cluster) StopProxy() {
+	c.mu.Lock()
+	p := c.proxy
+	c.proxy = nil
+	c.mu.Unlock()
+	if p != nil {
+		p.Stop(5 * time.Second)
+	}
+}
+
+// Stop stops the proxy, then the nodes (in parallel).
+func (c *Cluster) Stop() {
+	c.StopProxy()
+	var wg sync.WaitGroup
+	for _, n := range c.Nodes() {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.Stop(10 * time.Second) }()
+	}
+	wg.Wait()
+}
+
+// Wait blocks until ctx ends (nil) or a child exits (an error carrying its last log lines).
+func (c *Cluster) Wait(ctx context.Context) error {
+	procs := []*Proc{}
+	for _, n := range c.Nodes() {
+		procs = append(procs, n.Proc)
+	}
+	c.mu.Lock()
+	if c.proxy != nil {
+		procs = append(procs, c.proxy)
+	}
+	c.mu.Unlock()
+	died := make(chan *Proc, len(procs))
+	stop := make(chan struct{})
+	defer close(stop)
+	for _, p := range procs {
+		go func() {
+			select {
+			case <-p.Done():
+				died <- p
+			case <-stop:
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case p := <-died:
+		return errors.New(p.Describe())
+	}
+}

@@ -1,0 +1,219 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// The test binary doubles as the fake scorer and proxy: linked into a temp bin dir under those
+// names and started with BENCH_FAKE_CHILD=1, it serves /readyz (and /v1/rerank for the proxy)
+// on its --http-addr until SIGTERM.
+func TestMain(m *testing.M) {
+	if os.Getenv("BENCH_FAKE_CHILD") == "1" {
+		os.Exit(fakeChild(os.Args[1:]))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func fakeChild(args []string) int {
+	name := filepath.Base(os.Args[0])
+	var httpAddr string
+	for i, a := range args {
+		if a == "--http-addr" && i+1 < len(args) {
+			httpAddr = args[i+1]
+		}
+	}
+	fmt.Println(name, "starting", strings.Join(args, " "))
+	if os.Getenv("BENCH_FAKE_FAIL") == name {
+		fmt.Println("fatal: cannot load model: boom")
+		return 3
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/v1/rerank", func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Documents []string }
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		fmt.Fprint(w, `{"results":[{"index":2,"relevance_score":0.9},{"index":0,"relevance_score":0.8}]}`)
+	})
+	srv := &http.Server{Addr: httpAddr, Handler: mux}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	go func() { <-sig; fmt.Println(name, "stopping"); srv.Close() }()
+	_ = srv.ListenAndServe()
+	return 0
+}
+
+func fakeBinDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"scorer", "proxy"} {
+		if err := os.Symlink(self, filepath.Join(dir, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("BENCH_FAKE_CHILD", "1")
+	return dir
+}
+
+func testConfig(t *testing.T) Config {
+	t.Helper()
+	httpPort, err := FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpcPort, err := FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{BinDir: fakeBinDir(t), LogDir: t.TempDir(), ReadyTimeout: 20 * time.Second,
+		Nodes: Nodes{Count: 3, Engine: "emulated", CostProfile: "p.json"},
+		Proxy: Proxy{HTTPAddr: fmt.Sprintf("127.0.0.1:%d", httpPort), GRPCAddr: fmt.Sprintf("127.0.0.1:%d", grpcPort), Split: "cost", Route: "least_loaded"}}
+	cfg.Defaults()
+	return cfg
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+func TestClusterLifecycle(t *testing.T) {
+	cfg := testConfig(t)
+	c, err := New(cfg, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.StartNodes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartProxy(ctx, cfg.Proxy, "proxy"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := SelfTest(ctx, cfg.Proxy.HTTPAddr, 5*time.Second)
+	if err != nil || !strings.Contains(got, "#2 0.9000") {
+		t.Fatalf("self-test %q, %v", got, err)
+	}
+	var pids []int
+	for _, n := range c.Nodes() {
+		pids = append(pids, n.Pid())
+	}
+	b, err := os.ReadFile(filepath.Join(cfg.LogDir, "node-1.log"))
+	if err != nil || !strings.Contains(string(b), "--engine emulated --cost-profile p.json") {
+		t.Errorf("node-1 log %q, %v: want the node's flags", b, err)
+	}
+
+	// A node that dies makes Wait return with its last lines.
+	if err := syscall.Kill(pids[1], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	werr := c.Wait(ctx)
+	if werr == nil || !strings.Contains(werr.Error(), "node-1 exited") || !strings.Contains(werr.Error(), "scorer starting serve") {
+		t.Fatalf("Wait: %v, want node-1's exit with its log tail", werr)
+	}
+	c.Stop()
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("pid %d still alive after Stop", pid)
+		}
+	}
+	b, _ = os.ReadFile(filepath.Join(cfg.LogDir, "node-0.log"))
+	if !strings.Contains(string(b), "scorer stopping") {
+		t.Errorf("node-0 was not stopped with SIGTERM first: log %q", b)
+	}
+}
+
+func TestEarlyExitReported(t *testing.T) {
+	cfg := testConfig(t)
+	t.Setenv("BENCH_FAKE_FAIL", "scorer")
+	c, err := New(cfg, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	err = c.StartNodes(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "cannot load model: boom") || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("StartNodes: %v, want the node's last lines and exit status", err)
+	}
+}
+
+func TestWaitStopsOnContext(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Nodes.Count = 1
+	c, err := New(cfg, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartNodes(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.Wait(ctx); err != nil {
+		t.Errorf("Wait after cancel: %v", err)
+	}
+	c.Stop()
+	c.Stop() // idempotent
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name, yaml, wantErr string
+	}{
+		{"defaults", "", ""},
+		{"repo config", "", ""},
+		{"bad count", "nodes: {count: -1}\n", "nodes.count"},
+		{"emulated without profile", "nodes: {engine: emulated}\n", "nodes.cost_profile"},
+		{"bad split", "proxy: {split: magic}\n", "proxy.split"},
+		{"bad addr", "proxy: {http_addr: nope}\n", "proxy.http_addr"},
+		{"unknown field", "nodez: 3\n", "nodez"},
+		{"bad arch", "model: {arch: llama}\n", "model.arch"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "c.yaml")
+			if tt.name == "repo config" {
+				path = "../../configs/local.yaml"
+			} else if err := os.WriteFile(path, []byte(tt.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := LoadConfig(path)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("error %v, want one naming %q", err, tt.wantErr)
+			case tt.wantErr == "" && (cfg.Proxy.HTTPAddr != "127.0.0.1:8080" || cfg.Proxy.GRPCAddr != "127.0.0.1:9090"):
+				t.Errorf("proxy addresses %s %s, want the contract defaults", cfg.Proxy.HTTPAddr, cfg.Proxy.GRPCAddr)
+			}
+		})
+	}
+}
+
+func TestModelComplete(t *testing.T) {
+	dir := t.TempDir()
+	if ModelComplete(dir) {
+		t.Fatal("empty dir is complete")
+	}
+	for _, f := range []string{"config.json", "tokenizer.json", "model.safetensors"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !ModelComplete(dir) {
+		t.Fatal("complete dir not recognised")
+	}
+}

@@ -1,0 +1,396 @@
+// Package compare runs one seeded trace against several proxy configurations (split fixed/cost
+// × route random/round_robin/least_loaded × hedging off/on) at several loads (fractions of the
+// measured capacity) in front of the same scorer nodes, and tabulates p50, p99, p99.9 and
+// goodput within the SLO side by side.
+//
+// Every configuration sees the same requests at the same intended times (same trace seed, same
+// arrival seed per load level); the proxy is restarted per configuration so no learned state
+// carries over. Nodes are normally emulated (scorer serve --engine emulated) and everything this
+// package prints or writes then says EMULATED.
+//
+// Run is not safe for concurrent use with another Run on the same ports.
+package compare
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/relevance-scoring/relevance/bench/calibrate"
+	"github.com/relevance-scoring/relevance/bench/cluster"
+	"github.com/relevance-scoring/relevance/bench/load"
+	"github.com/relevance-scoring/relevance/bench/report"
+	"github.com/relevance-scoring/relevance/bench/workload"
+	"github.com/relevance-scoring/relevance/internal/costmodel"
+)
+
+// Config is one proxy configuration.
+type Config struct {
+	Split string `json:"split"`
+	Route string `json:"route"`
+	Hedge bool   `json:"hedge"`
+}
+
+// Name is split+route[+hedge].
+func (c Config) Name() string {
+	n := c.Split + "+" + c.Route
+	if c.Hedge {
+		n += "+hedge"
+	}
+	return n
+}
+
+// ParseConfig reads a Name back.
+func ParseConfig(s string) (Config, error) {
+	parts := strings.Split(s, "+")
+	if len(parts) < 2 || len(parts) > 3 || (len(parts) == 3 && parts[2] != "hedge") {
+		return Config{}, fmt.Errorf("config %q: want split+route[+hedge], e.g. cost+least_loaded+hedge", s)
+	}
+	c := Config{Split: parts[0], Route: parts[1], Hedge: len(parts) == 3}
+	if c.Split != "fixed" && c.Split != "cost" {
+		return Config{}, fmt.Errorf("config %q: split must be fixed or cost", s)
+	}
+	switch c.Route {
+	case "random", "round_robin", "least_loaded":
+	default:
+		return Config{}, fmt.Errorf("config %q: route must be random, round_robin or least_loaded", s)
+	}
+	return c, nil
+}
+
+// Baseline and Best are the two configurations the headline compares.
+var (
+	Baseline = Config{Split: "fixed", Route: "random"}
+	Best     = Config{Split: "cost", Route: "least_loaded"}
+)
+
+// AllConfigs is the full grid: 2 splits × 3 routes × hedging off/on.
+func AllConfigs() []Config {
+	var out []Config
+	for _, h := range []bool{false, true} {
+		for _, s := range []string{"fixed", "cost"} {
+			for _, r := range []string{"random", "round_robin", "least_loaded"} {
+				out = append(out, Config{Split: s, Route: r, Hedge: h})
+			}
+		}
+	}
+	return out
+}
+
+// Options is one comparison.
+type Options struct {
+	Cluster  cluster.Config // the nodes (emulated or real) and binaries; Proxy fields are overridden
+	Configs  []Config       // nil: AllConfigs()
+	Loads    []float64      // fractions of capacity; nil: 0.5, 0.7, 0.9
+	Trace    *workload.Trace
+	Seed     uint64
+	Duration time.Duration // per run, warm-up included
+	Warmup   time.Duration
+	SLO      time.Duration
+	Timeout  time.Duration // per request; 0: 10 s
+	// Capacity in requests/s; 0 measures it with a closed-loop probe of ProbeConfig.
+	Capacity         float64
+	ProbeConfig      Config
+	ProbeDuration    time.Duration
+	ProbeConcurrency int
+	// GRPC targets Ranker.Score instead of HTTP /v1/rerank.
+	GRPC bool
+	// Profile, when set, gives a model-based capacity estimate to print beside the probe's.
+	Profile *costmodel.Profile
+	Out     string    // folder for results; "" writes nothing
+	Log     io.Writer // progress
+}
+
+// Row is one (configuration, load) run.
+type Row struct {
+	Config   string  `json:"config"`
+	Load     float64 `json:"load"`
+	RateRPS  float64 `json:"rate_rps"`
+	Requests int64   `json:"requests"`
+	P50ms    float64 `json:"p50_ms"`
+	P99ms    float64 `json:"p99_ms"`
+	P999ms   float64 `json:"p999_ms"`
+	// GoodputRPS and GoodputRatio count successful replies within the SLO.
+	GoodputRPS    float64          `json:"goodput_rps"`
+	GoodputRatio  float64          `json:"goodput_ratio"`
+	ThroughputRPS float64          `json:"throughput_rps"`
+	Errors        int64            `json:"errors"`
+	ErrorsBy      map[string]int64 `json:"errors_by_kind"`
+	CDF           []load.Quantile  `json:"cdf"`
+}
+
+// Report is a whole comparison.
+type Report struct {
+	Emulated         bool    `json:"emulated"`
+	Nodes            int     `json:"nodes"`
+	Workload         string  `json:"workload"`
+	TraceSeed        uint64  `json:"trace_seed"`
+	MeanItems        float64 `json:"mean_items_per_request"`
+	CapacityRPS      float64 `json:"capacity_rps"`
+	CapacityMethod   string  `json:"capacity_method"`
+	ModelCapacityRPS float64 `json:"model_capacity_rps,omitempty"`
+	DurationSec      float64 `json:"duration_s"`
+	WarmupSec        float64 `json:"warmup_s"`
+	SLOms            float64 `json:"slo_ms"`
+	Machine          string  `json:"machine"`
+	StartedAt        string  `json:"started_at"`
+	WallSec          float64 `json:"wall_s"`
+	Rows             []Row   `json:"rows"`
+	Headline         []Gain  `json:"headline"`
+}
+
+// Gain is how Best beats Baseline at one load.
+type Gain struct {
+	Load float64 `json:"load"`
+	// P99Ratio and P999Ratio are baseline/best (×2 means best's tail is half as long).
+	P99Ratio  float64 `json:"p99_ratio"`
+	P999Ratio float64 `json:"p999_ratio"`
+	// GoodputPoints is best's goodput ratio minus baseline's, in percentage points.
+	GoodputPoints  float64 `json:"goodput_points"`
+	BaselineP99ms  float64 `json:"baseline_p99_ms"`
+	BestP99ms      float64 `json:"best_p99_ms"`
+	BaselineP999ms float64 `json:"baseline_p999_ms"`
+	BestP999ms     float64 `json:"best_p999_ms"`
+	BaselineGood   float64 `json:"baseline_goodput_ratio"`
+	BestGood       float64 `json:"best_goodput_ratio"`
+}
+
+func (o *Options) defaults() error {
+	if o.Trace == nil {
+		return errors.New("compare: no trace")
+	}
+	if o.Configs == nil {
+		o.Configs = AllConfigs()
+	}
+	if o.Loads == nil {
+		o.Loads = []float64{0.5, 0.7, 0.9}
+	}
+	for _, l := range o.Loads {
+		if !(l > 0) || l > 2 {
+			return fmt.Errorf("compare: --loads: each must be in (0, 2], got %v", l)
+		}
+	}
+	if o.Duration <= 0 {
+		return fmt.Errorf("compare: --duration must be > 0, got %v", o.Duration)
+	}
+	if o.Warmup < 0 || o.Warmup >= o.Duration {
+		return fmt.Errorf("compare: --warmup must be in [0, duration), got %v", o.Warmup)
+	}
+	if o.SLO == 0 {
+		o.SLO = 500 * time.Millisecond
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.ProbeConfig == (Config{}) {
+		o.ProbeConfig = Best
+	}
+	if o.ProbeDuration == 0 {
+		o.ProbeDuration = 8 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	return nil
+}
+
+// Run performs the comparison: start the nodes, measure capacity, then for every
+// configuration restart the proxy and run every load level.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	label := ""
+	if o.Cluster.Emulated() {
+		label = "EMULATED "
+	}
+	logf := func(format string, a ...any) { fmt.Fprintf(o.Log, label+format+"\n", a...) }
+	c, err := cluster.New(o.Cluster, o.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Stop()
+	logf("compare: starting %d scorer nodes …", o.Cluster.Nodes.Count)
+	if err := c.StartNodes(ctx); err != nil {
+		return nil, fmt.Errorf("start nodes: %w", err)
+	}
+	rep := &Report{
+		Emulated: o.Cluster.Emulated(), Nodes: o.Cluster.Nodes.Count, Workload: o.Trace.Spec().Name,
+		TraceSeed: o.Seed, MeanItems: o.Trace.MeanItems(), DurationSec: o.Duration.Seconds(), WarmupSec: o.Warmup.Seconds(),
+		SLOms: float64(o.SLO) / 1e6, StartedAt: began.UTC().Format(time.RFC3339), Machine: calibrate.Machine(),
+	}
+	if o.Profile != nil {
+		rep.ModelCapacityRPS = ModelCapacity(o.Trace, o.Profile.Coeffs, o.Cluster.Nodes.Count)
+		logf("compare: cost-model capacity estimate (%d nodes, perfect balance): %.1f req/s", o.Cluster.Nodes.Count, rep.ModelCapacityRPS)
+	}
+	proxyCfg := func(cfg Config) (cluster.Proxy, error) {
+		hp, err := cluster.FreePort("127.0.0.1")
+		if err != nil {
+			return cluster.Proxy{}, err
+		}
+		gp, err := cluster.FreePort("127.0.0.1")
+		if err != nil {
+			return cluster.Proxy{}, err
+		}
+		p := o.Cluster.Proxy
+		p.HTTPAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(hp))
+		p.GRPCAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(gp))
+		p.Split, p.Route, p.Hedge = cfg.Split, cfg.Route, cfg.Hedge
+		if p.SLO == 0 {
+			p.SLO = o.SLO
+		}
+		return p, nil
+	}
+	targetOf := func(p cluster.Proxy) string {
+		if o.GRPC {
+			return "grpc://" + p.GRPCAddr
+		}
+		return "http://" + p.HTTPAddr + "/v1/rerank"
+	}
+
+	rep.CapacityRPS, rep.CapacityMethod = o.Capacity, "given (--capacity)"
+	if o.Capacity <= 0 {
+		conc := o.ProbeConcurrency
+		if conc <= 0 {
+			conc = max(4, o.Cluster.Nodes.Count/2)
+		}
+		p, err := proxyCfg(o.ProbeConfig)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.StartProxy(ctx, p, "proxy-probe"); err != nil {
+			return nil, fmt.Errorf("start proxy: %w", err)
+		}
+		res, err := runOne(ctx, o, targetOf(p), 0, conc, o.ProbeDuration, o.ProbeDuration/4)
+		c.StopProxy()
+		if err != nil {
+			return nil, err
+		}
+		if res.ThroughputRPS <= 0 {
+			return nil, fmt.Errorf("capacity probe: no successful request (errors %v); see the logs in %s", res.ErrorsBy, o.Cluster.LogDir)
+		}
+		rep.CapacityRPS = res.ThroughputRPS
+		rep.CapacityMethod = fmt.Sprintf("closed-loop probe: %s, concurrency %d, %v (p50 %.0f ms, errors %d)",
+			o.ProbeConfig.Name(), conc, o.ProbeDuration, res.P50ms, res.Errors)
+		logf("compare: capacity %.2f req/s (%s)", rep.CapacityRPS, rep.CapacityMethod)
+	}
+
+	for i, cfg := range o.Configs {
+		p, err := proxyCfg(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.StartProxy(ctx, p, "proxy-"+cfg.Name()); err != nil {
+			return nil, fmt.Errorf("start proxy %s: %w", cfg.Name(), err)
+		}
+		for _, l := range o.Loads {
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
+			rate := l * rep.CapacityRPS
+			res, err := runOne(ctx, o, targetOf(p), rate, 0, o.Duration, o.Warmup)
+			if err != nil {
+				return nil, err
+			}
+			row := Row{Config: cfg.Name(), Load: l, RateRPS: rate, Requests: res.Requests, P50ms: res.P50ms, P99ms: res.P99ms,
+				P999ms: res.P999ms, GoodputRPS: res.GoodputRPS, GoodputRatio: res.GoodputRatio, ThroughputRPS: res.ThroughputRPS,
+				Errors: res.Errors, ErrorsBy: res.ErrorsBy, CDF: res.CDF}
+			rep.Rows = append(rep.Rows, row)
+			logf("compare: [%2d/%d] %-26s load %3.0f%% (%6.2f req/s): p50 %7.1f  p99 %7.1f  p99.9 %7.1f ms  goodput %5.1f%%  errors %d",
+				i+1, len(o.Configs), cfg.Name(), 100*l, rate, res.P50ms, res.P99ms, res.P999ms, 100*res.GoodputRatio, res.Errors)
+			if o.Out != "" {
+				res.Emulated = rep.Emulated
+				dir := filepath.Join(o.Out, "runs", fmt.Sprintf("%s-%02.0f", cfg.Name(), 100*l))
+				if err := report.WriteJSON(filepath.Join(dir, "result.json"), res); err != nil {
+					return nil, err
+				}
+			}
+		}
+		c.StopProxy()
+	}
+	rep.Headline = Headline(rep.Rows)
+	rep.WallSec = time.Since(began).Seconds()
+	return rep, nil
+}
+
+func runOne(ctx context.Context, o Options, target string, rate float64, conc int, d, warm time.Duration) (*load.Result, error) {
+	maxConns := conc
+	if rate > 0 {
+		maxConns = 1000
+	}
+	tg, err := load.NewTarget(target, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	defer tg.Close()
+	return load.Run(ctx, load.Config{Target: tg, Trace: o.Trace, Rate: rate, Concurrency: conc, Duration: d, Warmup: warm,
+		SLO: o.SLO, Timeout: o.Timeout, Seed: o.Seed})
+}
+
+// ModelCapacity is the request rate n nodes sustain at perfect balance under coefficients c,
+// when each request is split into n batches (prefix paid once per batch): n / mean seconds per
+// request. It ignores the proxy and queueing: an upper bound.
+func ModelCapacity(tr *workload.Trace, c costmodel.Coeffs, n int) float64 {
+	const prefix = 60 // template + instruction + short query, tokens
+	total := 0.0
+	for i := range tr.Len() {
+		r := tr.At(i)
+		batches := min(n, len(r.Items))
+		f := costmodel.Features{Batches: float64(batches)}
+		for range batches {
+			f = f.Add(costmodel.PrefixFeatures(prefix))
+		}
+		for _, l := range r.ApproxTokens {
+			f = f.Add(costmodel.ItemFeatures(prefix, l+12))
+		}
+		total += c.Seconds(f)
+	}
+	mean := total / float64(tr.Len())
+	if mean <= 0 {
+		return math.Inf(1)
+	}
+	return float64(n) / mean
+}
+
+// Headline compares Best with Baseline at every load where both ran.
+func Headline(rows []Row) []Gain {
+	find := func(name string, l float64) *Row {
+		for i := range rows {
+			if rows[i].Config == name && rows[i].Load == l {
+				return &rows[i]
+			}
+		}
+		return nil
+	}
+	var out []Gain
+	seen := map[float64]bool{}
+	for _, r := range rows {
+		if seen[r.Load] {
+			continue
+		}
+		seen[r.Load] = true
+		b, w := find(Baseline.Name(), r.Load), find(Best.Name(), r.Load)
+		if b == nil || w == nil {
+			continue
+		}
+		out = append(out, Gain{Load: r.Load, P99Ratio: ratio(b.P99ms, w.P99ms), P999Ratio: ratio(b.P999ms, w.P999ms),
+			GoodputPoints: 100 * (w.GoodputRatio - b.GoodputRatio), BaselineP99ms: b.P99ms, BestP99ms: w.P99ms,
+			BaselineP999ms: b.P999ms, BestP999ms: w.P999ms, BaselineGood: b.GoodputRatio, BestGood: w.GoodputRatio})
+	}
+	return out
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}

@@ -1,0 +1,124 @@
+package compare
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/relevance-scoring/relevance/bench/report"
+)
+
+func (r *Report) label() string {
+	if r.Emulated {
+		return "EMULATED"
+	}
+	return "REAL NODES"
+}
+
+// Table is the side-by-side table: one row per (configuration, load).
+func (r *Report) Table(md bool) string {
+	header := []string{"config", "load", "req/s", "n", "p50 ms", "p99 ms", "p99.9 ms", fmt.Sprintf("goodput≤%.0fms", r.SLOms), "good req/s", "errors"}
+	rows := append([]Row(nil), r.Rows...)
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Load < rows[j].Load })
+	var cells [][]string
+	for _, x := range rows {
+		cells = append(cells, []string{x.Config, fmt.Sprintf("%.0f%%", 100*x.Load), fmt.Sprintf("%.2f", x.RateRPS), fmt.Sprint(x.Requests),
+			fmt.Sprintf("%.1f", x.P50ms), fmt.Sprintf("%.1f", x.P99ms), fmt.Sprintf("%.1f", x.P999ms),
+			fmt.Sprintf("%.1f%%", 100*x.GoodputRatio), fmt.Sprintf("%.2f", x.GoodputRPS), errString(x)})
+	}
+	return report.Table(header, cells, md)
+}
+
+func errString(x Row) string {
+	if x.Errors == 0 {
+		return "0"
+	}
+	var ks []string
+	for k, n := range x.ErrorsBy {
+		ks = append(ks, fmt.Sprintf("%s:%d", k, n))
+	}
+	sort.Strings(ks)
+	return fmt.Sprintf("%d (%s)", x.Errors, strings.Join(ks, " "))
+}
+
+// HeadlineText says by how much Best beats Baseline.
+func (r *Report) HeadlineText() string {
+	var b strings.Builder
+	for _, g := range r.Headline {
+		fmt.Fprintf(&b, "%s at %.0f%% load: %s vs %s: p99 %.1f → %.1f ms (%.2f×), p99.9 %.1f → %.1f ms (%.2f×), goodput≤%.0fms %.1f%% → %.1f%% (%+.1f points)\n",
+			r.label(), 100*g.Load, Best.Name(), Baseline.Name(), g.BaselineP99ms, g.BestP99ms, g.P99Ratio, g.BaselineP999ms, g.BestP999ms, g.P999Ratio,
+			r.SLOms, 100*g.BaselineGood, 100*g.BestGood, g.GoodputPoints)
+	}
+	return b.String()
+}
+
+// Summary is the header printed above the table.
+func (r *Report) Summary() string {
+	s := fmt.Sprintf("%s comparison: %d scorer nodes, workload %s (trace seed %d, %.1f items/request), capacity %.2f req/s (%s), %gs per run (%gs warm-up), SLO %.0f ms\n",
+		r.label(), r.Nodes, r.Workload, r.TraceSeed, r.MeanItems, r.CapacityRPS, r.CapacityMethod, r.DurationSec, r.WarmupSec, r.SLOms)
+	if r.ModelCapacityRPS > 0 {
+		s += fmt.Sprintf("cost-model capacity bound at perfect balance: %.2f req/s\n", r.ModelCapacityRPS)
+	}
+	return s
+}
+
+// Write puts results.json, results.md and the plots into dir.
+func (r *Report) Write(dir, command string) error {
+	if err := report.WriteJSON(filepath.Join(dir, "results.json"), r); err != nil {
+		return err
+	}
+	var md strings.Builder
+	fmt.Fprintf(&md, "# %s proxy comparison\n\n", r.label())
+	fmt.Fprintf(&md, "Command:\n\n```\n%s\n```\n\n", command)
+	fmt.Fprintf(&md, "%s\nStarted %s on %s; wall time %.0f s.\n\n", strings.TrimSpace(r.Summary()), r.StartedAt, r.Machine, r.WallSec)
+	if len(r.Headline) > 0 {
+		fmt.Fprintf(&md, "## Headline\n\n")
+		for _, l := range strings.Split(strings.TrimSpace(r.HeadlineText()), "\n") {
+			fmt.Fprintf(&md, "- %s\n", l)
+		}
+		md.WriteString("\n")
+	}
+	fmt.Fprintf(&md, "## Table\n\n`n` is the number of measured requests per run: p99.9 of fewer than 1000 requests is close to the maximum.\n\n%s\n", r.Table(true))
+	md.WriteString("![p99 by load](p99-by-load.png)\n![goodput by load](goodput-by-load.png)\n![latency percentiles at the highest load](cdf-highest-load.png)\n")
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644); err != nil {
+		return err
+	}
+	return r.plots(dir)
+}
+
+func (r *Report) plots(dir string) error {
+	var names []string
+	idx := map[string]int{}
+	var xs, p99, good [][]float64
+	for _, x := range r.Rows {
+		i, ok := idx[x.Config]
+		if !ok {
+			i = len(names)
+			idx[x.Config] = i
+			names = append(names, x.Config)
+			xs, p99, good = append(xs, nil), append(p99, nil), append(good, nil)
+		}
+		xs[i] = append(xs[i], 100*x.Load)
+		p99[i] = append(p99[i], x.P99ms)
+		good[i] = append(good[i], 100*x.GoodputRatio)
+	}
+	if err := report.LinePlot(filepath.Join(dir, "p99-by-load.png"), r.label()+": p99 latency by load", "load (% of measured capacity)", "p99 latency (ms)", true, names, xs, p99); err != nil {
+		return err
+	}
+	if err := report.LinePlot(filepath.Join(dir, "goodput-by-load.png"), fmt.Sprintf("%s: goodput within %.0f ms", r.label(), r.SLOms), "load (% of measured capacity)", "requests within SLO (%)", false, names, xs, good); err != nil {
+		return err
+	}
+	top := 0.0
+	for _, x := range r.Rows {
+		top = max(top, x.Load)
+	}
+	var series []report.Series
+	for _, x := range r.Rows {
+		if x.Load == top {
+			series = append(series, report.Series{Name: x.Config, CDF: x.CDF})
+		}
+	}
+	return report.PercentilePlot(filepath.Join(dir, "cdf-highest-load.png"), fmt.Sprintf("%s: latency percentiles at %.0f%% load", r.label(), 100*top), series)
+}

@@ -1,0 +1,219 @@
+package load
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Result is what a load test measured. Its JSON is the contract of `bench load --json`: at
+// least p50_ms, p99_ms, throughput_rps, errors and goodput_rps.
+type Result struct {
+	Target      string  `json:"target"`
+	Workload    string  `json:"workload"`
+	Mode        string  `json:"mode"` // open or closed
+	RatePerSec  float64 `json:"rate_rps,omitempty"`
+	Concurrency int     `json:"concurrency,omitempty"`
+	DurationSec float64 `json:"duration_s"`
+	WarmupSec   float64 `json:"warmup_s"`
+	// ElapsedSec is the measurement window: end of warm-up to the last measured reply.
+	ElapsedSec float64 `json:"elapsed_s"`
+	SLOms      float64 `json:"slo_ms"`
+	// Emulated is set by callers that know the nodes are emulated.
+	Emulated bool `json:"emulated,omitempty"`
+
+	Requests int64            `json:"requests"`
+	OK       int64            `json:"ok"`
+	Errors   int64            `json:"errors"`
+	ErrorsBy map[string]int64 `json:"errors_by_kind"`
+
+	P50ms  float64 `json:"p50_ms"`
+	P90ms  float64 `json:"p90_ms"`
+	P99ms  float64 `json:"p99_ms"`
+	P999ms float64 `json:"p999_ms"`
+	MaxMs  float64 `json:"max_ms"`
+	MeanMs float64 `json:"mean_ms"`
+
+	ThroughputRPS float64 `json:"throughput_rps"`
+	ItemsPerSec   float64 `json:"items_per_s"`
+	// GoodputRPS counts successful replies within the SLO per second.
+	GoodputRPS float64 `json:"goodput_rps"`
+	// GoodputRatio is the share of measured requests answered successfully within the SLO.
+	GoodputRatio float64 `json:"goodput_ratio"`
+
+	CDF      []Quantile   `json:"cdf"`
+	Timeline []Window     `json:"timeline"`
+	Points   []Point      `json:"-"`
+	Nodes    []NodeSample `json:"node_load,omitempty"`
+
+	hist *hdrhistogram.Histogram
+}
+
+// Histogram returns the latency histogram of successful requests in microseconds (nil for a
+// decoded result).
+func (r *Result) Histogram() *hdrhistogram.Histogram { return r.hist }
+
+// Quantile is one point of the latency distribution.
+type Quantile struct {
+	Q  float64 `json:"q"`
+	Ms float64 `json:"ms"`
+}
+
+// Window is one second of the run, by intended send time.
+type Window struct {
+	T      float64 `json:"t_s"`
+	OK     int64   `json:"ok"`
+	Errors int64   `json:"errors"`
+	P50ms  float64 `json:"p50_ms"`
+	P99ms  float64 `json:"p99_ms"`
+}
+
+// Point is one successful request: intended send time and latency.
+type Point struct {
+	T  float64
+	Ms float64
+}
+
+// NodeSample is one node's load as the proxy reported it at time T.
+type NodeSample struct {
+	T    float64 `json:"t_s"`
+	Node string  `json:"node"`
+	// Load is the node's outstanding work as the proxy sees it (estimated cost in seconds
+	// when the proxy reports it, else in-flight batches).
+	Load float64 `json:"load"`
+}
+
+// Summary is a one-line human summary.
+func (r *Result) Summary() string {
+	var kinds []string
+	for k, n := range r.ErrorsBy {
+		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(kinds)
+	return fmt.Sprintf("requests %d  ok %d  errors %d %v\nlatency p50 %.1f ms  p90 %.1f ms  p99 %.1f ms  p99.9 %.1f ms  max %.1f ms\nthroughput %.2f req/s  %.1f items/s  goodput(≤%.0f ms) %.2f req/s (%.1f%%)",
+		r.Requests, r.OK, r.Errors, kinds, r.P50ms, r.P90ms, r.P99ms, r.P999ms, r.MaxMs,
+		r.ThroughputRPS, r.ItemsPerSec, r.SLOms, r.GoodputRPS, 100*r.GoodputRatio)
+}
+
+// nodePoller polls the proxy's /v1/nodes.
+type nodePoller struct {
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	samples []NodeSample
+}
+
+func startNodePoller(ctx context.Context, url string, every time.Duration, start time.Time) *nodePoller {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &nodePoller{cancel: cancel}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				continue
+			}
+			b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK {
+				continue
+			}
+			now := time.Since(start).Seconds()
+			loads := ParseNodes(b)
+			p.mu.Lock()
+			for _, l := range loads {
+				l.T = now
+				p.samples = append(p.samples, l)
+			}
+			p.mu.Unlock()
+		}
+	}()
+	return p
+}
+
+func (p *nodePoller) stop() []NodeSample {
+	p.cancel()
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.samples
+}
+
+// ParseNodes reads a /v1/nodes reply leniently: a JSON array of node objects, or an object
+// holding one under "nodes". A node's name is its id/node/name/addr/address field; its load is
+// the first numeric field whose name mentions inflight and cost (else inflight, else load).
+func ParseNodes(b []byte) []NodeSample {
+	var arr []map[string]any
+	if err := json.Unmarshal(b, &arr); err != nil {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(b, &obj); err != nil {
+			return nil
+		}
+		if err := json.Unmarshal(obj["nodes"], &arr); err != nil {
+			return nil
+		}
+	}
+	var out []NodeSample
+	for i, n := range arr {
+		name := fmt.Sprint(i)
+		for _, k := range []string{"id", "node", "name", "addr", "address"} {
+			if s, ok := n[k].(string); ok && s != "" {
+				name = s
+				break
+			}
+		}
+		load, found := 0.0, false
+		for _, want := range [][]string{{"inflight", "cost"}, {"in_flight", "cost"}, {"inflight"}, {"in_flight"}, {"load"}} {
+			keys := make([]string, 0, len(n))
+			for k := range n {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				f, ok := n[k].(float64)
+				if !ok || !containsAll(strings.ToLower(k), want) {
+					continue
+				}
+				load, found = f, true
+				break
+			}
+			if found {
+				break
+			}
+		}
+		if found {
+			out = append(out, NodeSample{Node: name, Load: load})
+		}
+	}
+	return out
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,140 @@
+package workload
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestTraceDeterministicBySeed(t *testing.T) {
+	s := Default()
+	s.TraceSize = 20
+	a, err := New(s, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(s, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(s, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range a.Len() {
+		if diff := cmp.Diff(*a.At(i), *b.At(i)); diff != "" {
+			t.Fatalf("request %d differs between two traces with the same seed (-a +b):\n%s", i, diff)
+		}
+	}
+	if cmp.Equal(*a.At(0), *c.At(0)) {
+		t.Fatal("different seeds gave the same first request")
+	}
+	// Request i depends only on (seed, i): a longer trace starts with the same requests.
+	s.TraceSize = 40
+	d, err := New(s, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(*a.At(5), *d.At(5)); diff != "" {
+		t.Fatalf("request 5 depends on the trace size (-20 +40):\n%s", diff)
+	}
+	if got := a.At(20); got != a.At(0) {
+		t.Fatal("At does not cycle over the trace")
+	}
+}
+
+func TestTraceShape(t *testing.T) {
+	s := Default()
+	s.TraceSize = 200
+	s.ChineseShare = 0.2
+	s.RepeatQueryShare = 0.5
+	tr, err := New(s, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tokens []float64
+	queries := map[string]int{}
+	zh := 0
+	for i := range tr.Len() {
+		r := tr.At(i)
+		if n := len(r.Items); n < 20 || n > 100 {
+			t.Fatalf("request %d: %d items, want 20..100", i, n)
+		}
+		queries[r.Query]++
+		for j, it := range r.Items {
+			tokens = append(tokens, float64(r.ApproxTokens[j]))
+			if strings.ContainsRune(it, '的') || strings.ContainsAny(it, "无防不人便超降智纯户") {
+				zh++
+			}
+		}
+	}
+	repeated := 0
+	for _, n := range queries {
+		if n > 1 {
+			repeated += n
+		}
+	}
+	if repeated < tr.Len()/4 {
+		t.Errorf("only %d of %d requests repeat a query, want about half", repeated, tr.Len())
+	}
+	share := float64(zh) / float64(len(tokens))
+	if share < 0.1 || share > 0.3 {
+		t.Errorf("Chinese share %.2f, want about 0.2", share)
+	}
+	var sum, max float64
+	for _, x := range tokens {
+		sum += x
+		max = math.Max(max, x)
+	}
+	mean := sum / float64(len(tokens))
+	if mean < 180 || mean > 330 {
+		t.Errorf("mean item tokens %.0f, want about 250 (lognormal median 220, σ 0.5)", mean)
+	}
+	if max < 2*mean {
+		t.Errorf("longest item %.0f tokens: no heavy tail over the mean %.0f", max, mean)
+	}
+}
+
+func TestParseValidate(t *testing.T) {
+	tests := []struct {
+		name, yaml, wantErr string
+	}{
+		{name: "empty is default", yaml: ""},
+		{name: "override", yaml: "name: x\nitems: {kind: const, value: 10}\n"},
+		{name: "bad kind", yaml: "items: {kind: zipf}\n", wantErr: "workload.items.kind"},
+		{name: "bad median", yaml: "item_tokens: {kind: lognormal, median: -1}\n", wantErr: "workload.item_tokens.median"},
+		{name: "bad share", yaml: "repeat_query_share: 2\n", wantErr: "workload.repeat_query_share"},
+		{name: "unknown field", yaml: "itemz: 3\n", wantErr: "itemz"},
+		{name: "pareto", yaml: "item_tokens: {kind: pareto, scale: 100, alpha: 1.5, max: 2000}\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("error %v, want one naming %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestEstimateTokens(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int
+	}{
+		{"", 0},
+		{"wireless earbuds", 2}, {"noise-cancelling", 4},
+		{"Price: $12", 5},
+		{"无线蓝牙耳机", 5},
+	}
+	for _, tt := range tests {
+		if got := EstimateTokens(tt.in); got != tt.want {
+			t.Errorf("EstimateTokens(%q) = %d, want %d", tt.in, got, tt.want)
+		}
+	}
+}

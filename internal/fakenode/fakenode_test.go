@@ -1,0 +1,203 @@
+package fakenode
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/relevance-scoring/relevance/internal/costmodel"
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func dial(t testing.TB, n *Node) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+func start(t testing.TB, o Options) *Node {
+	t.Helper()
+	n, err := Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return n
+}
+
+func batch(texts ...string) *relevancev1.ScoreBatchRequest {
+	r := &relevancev1.ScoreBatchRequest{Query: "q"}
+	for _, s := range texts {
+		r.Items = append(r.Items, &relevancev1.Item{Id: "id-" + s, Text: s})
+	}
+	return r
+}
+
+func TestScoreBatch(t *testing.T) {
+	n := start(t, Options{Coeffs: costmodel.Coeffs{A: 1e-6, C: 1e-3}})
+	c := relevancev1.NewScorerClient(dial(t, n))
+	resp, err := c.ScoreBatch(context.Background(), batch("abcd", "abcdefgh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		Index  uint32
+		ID     string
+		Score  float32
+		Tokens uint32
+	}
+	var got []row
+	for _, s := range resp.GetScores() {
+		got = append(got, row{s.GetIndex(), s.GetId(), s.GetScore(), s.GetTokens()})
+	}
+	want := []row{{0, "id-abcd", Score("q", "abcd"), 1 + 12}, {1, "id-abcdefgh", Score("q", "abcdefgh"), 2 + 12}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("scores (-want +got):\n%s", d)
+	}
+	st := resp.GetStats()
+	wantSec := costmodel.Coeffs{A: 1e-6, C: 1e-3}.Seconds(costmodel.BatchFeatures(41, []int{13, 14}, false))
+	if st.GetPrefixTokens() != 41 || st.GetItemTokens() != 27 || abs(st.GetComputeSeconds()-wantSec) > 1e-6 {
+		t.Errorf("stats = %v, want prefix 41, items 27, compute %v", st, wantSec)
+	}
+	if n.Calls() != 1 || n.Batches() != 1 || n.Items() != 2 {
+		t.Errorf("calls/batches/items = %d/%d/%d, want 1/1/2", n.Calls(), n.Batches(), n.Items())
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func TestFailures(t *testing.T) {
+	n := start(t, Options{})
+	c := relevancev1.NewScorerClient(dial(t, n))
+	n.FailNext(2, codes.Internal)
+	for i, want := range []codes.Code{codes.Internal, codes.Internal, codes.OK} {
+		_, err := c.ScoreBatch(context.Background(), batch("x"))
+		if got := status.Code(err); got != want {
+			t.Errorf("call %d: code %v, want %v", i, got, want)
+		}
+	}
+	n.SetFailing(true, codes.Unavailable)
+	if _, err := c.ScoreBatch(context.Background(), batch("x")); status.Code(err) != codes.Unavailable {
+		t.Errorf("failing: got %v", err)
+	}
+	n.SetFailing(false, codes.OK)
+	if _, err := c.ScoreBatch(context.Background(), batch("x")); err != nil {
+		t.Errorf("recovered: %v", err)
+	}
+	if _, err := c.ScoreBatch(context.Background(), batch()); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("empty batch: got %v, want InvalidArgument", err)
+	}
+}
+
+func TestHang(t *testing.T) {
+	n := start(t, Options{})
+	c := relevancev1.NewScorerClient(dial(t, n))
+	n.SetHang(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.ScoreBatch(ctx, batch("x")); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("hung call: got %v, want DeadlineExceeded", err)
+	}
+	// A hung call is freed by SetHang(false).
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.ScoreBatch(context.Background(), batch("x"))
+		errc <- err
+	}()
+	for n.Calls() < 2 {
+		time.Sleep(time.Millisecond) // waits for the call to arrive; bounded by the test timeout
+	}
+	n.SetHang(false)
+	if err := <-errc; err != nil {
+		t.Fatalf("released call: %v", err)
+	}
+}
+
+func TestSerialQueueAndLoad(t *testing.T) {
+	n := start(t, Options{Latency: func(Batch) time.Duration { return 30 * time.Millisecond }})
+	n.SetReportedLoad(2)
+	c := relevancev1.NewScorerClient(dial(t, n))
+	start := time.Now()
+	errc := make(chan error, 3)
+	for range 3 {
+		go func() {
+			_, err := c.ScoreBatch(context.Background(), batch("x"))
+			errc <- err
+		}()
+	}
+	for range 3 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if el := time.Since(start); el < 90*time.Millisecond {
+		t.Errorf("3 batches of 30ms took %v on a serial node, want ≥ 90ms", el)
+	}
+	resp, err := c.ScoreBatch(context.Background(), batch("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetLoad().GetQueuedCostSeconds(); got < 2 || got > 2.001 {
+		t.Errorf("reported load = %v, want 2 (phantom) + ~0", got)
+	}
+}
+
+func TestHealthFlip(t *testing.T) {
+	n := start(t, Options{})
+	h := healthpb.NewHealthClient(dial(t, n))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w, err := h.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() healthpb.HealthCheckResponse_ServingStatus {
+		t.Helper()
+		r, err := w.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetStatus()
+	}
+	if s := next(); s != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("initial %v", s)
+	}
+	n.SetServing(false)
+	if s := next(); s != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("after flip %v", s)
+	}
+	n.SetServing(true)
+	if s := next(); s != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("after flip back %v", s)
+	}
+}
+
+func TestCluster(t *testing.T) {
+	c, err := StartCluster(3, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if len(c.Addrs()) != 3 || c.Addrs()[0] == c.Addrs()[1] {
+		t.Errorf("addrs %v", c.Addrs())
+	}
+}

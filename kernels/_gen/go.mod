@@ -1,0 +1,3 @@
+module gemmgen
+
+go 1.26.0

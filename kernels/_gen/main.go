@@ -1,0 +1,620 @@
+// Command gen writes ../gemm_amd64.s, the GEMM micro-kernels of package kernels.
+//
+// Run it from this folder: `go run . -out ../gemm_amd64.s`. It is a separate module so the main
+// module never depends on it. The Go assembler does not know VDPBF16PS or VCVTNEPS2BF16, so those
+// are emitted as BYTE directives; their EVEX encodings are computed here and, with -verify (the
+// default), checked against GNU as + objdump when binutils is installed.
+//
+// Kernels (all ABI0, frame arguments, no stack):
+//
+//	gemmF32Avx512_<mr>(a, lda, b, kc, c, ldc, mask, acc)   mr = 1..12, tile mr×32, f32 A and B
+//	gemmW16Avx512_<mr>(...)                                f32 A, bf16 B (k-pair panels), widened in registers
+//	gemmDotAvx512_<mr>(...)                                bf16 A pairs, bf16 B, VDPBF16PS; kc in pairs
+//	gemmF32Avx2_<mr>(a, lda, b, kc, c, ldc, acc)           mr = 1..6, tile mr×16 (half a 32-column panel)
+//	gemmW16Avx2_<mr>(...)                                  f32 A, bf16 B half panel
+//	peakF32Avx512(n), peakDotAvx512(n), peakF32Avx2(n)     register-resident FMA chains
+//	cvtBF16Avx512(dst, src, n)                             n/16 blocks of 16 f32 → 16 bf16 (RNE)
+//
+// Panel layouts (see kernels/weight.go): f32 panel = [k][32] floats; bf16 panel = [k/2][32][2]
+// uint16 (k-pairs interleaved per column), so a 64-byte load holds 16 columns × one k-pair.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+var (
+	out    = flag.String("out", "../gemm_amd64.s", "output assembly file")
+	decl   = flag.String("decl", "../gemm_decl_amd64.go", "output Go declarations file")
+	verify = flag.Bool("verify", true, "check BYTE encodings with GNU as + objdump when available")
+)
+
+// checks collects Intel-syntax instructions and the bytes we emitted for them.
+var checks = map[string][]byte{}
+
+type gen struct{ b bytes.Buffer }
+
+func (g *gen) p(format string, args ...any) { fmt.Fprintf(&g.b, format+"\n", args...) }
+
+// evexRRR encodes an EVEX.512 reg,reg,reg instruction of map 0F38, W0.
+// dst is ModRM.reg, src1 is EVEX.vvvv (or -1 when unused), src2 is ModRM.rm.
+func evexRRR(pp, op byte, dst, src1, src2 int) []byte {
+	inv := func(b int) byte { return byte(^b & 1) }
+	p0 := inv(dst>>3)<<7 | inv(src2>>4)<<6 | inv(src2>>3)<<5 | inv(dst>>4)<<4 | 2
+	v := 0
+	if src1 >= 0 {
+		v = src1
+	}
+	p1 := byte((^v)&15)<<3 | 1<<2 | pp
+	var vp byte = 1
+	if src1 >= 0 {
+		vp = inv(v >> 4)
+	}
+	p2 := byte(0x40) | vp<<3
+	modrm := byte(0xc0) | byte(dst&7)<<3 | byte(src2&7)
+	return []byte{0x62, p0, p1, p2, op, modrm}
+}
+
+func byteDirective(b []byte) string {
+	s := make([]string, len(b))
+	for i, x := range b {
+		s[i] = fmt.Sprintf("$0x%02x", x)
+	}
+	return "BYTE " + strings.Join(s, "; BYTE ")
+}
+
+// vdpbf16ps emits acc += Σpairs src1·src2 (zmm registers).
+func (g *gen) vdpbf16ps(acc, src1, src2 int) {
+	b := evexRRR(2, 0x52, acc, src1, src2)
+	checks[fmt.Sprintf("vdpbf16ps zmm%d,zmm%d,zmm%d", acc, src1, src2)] = b
+	g.p("\t%s // VDPBF16PS Z%d, Z%d, Z%d", byteDirective(b), src2, src1, acc)
+}
+
+// vcvtneps2bf16 emits ymm dst = bf16(zmm src).
+func (g *gen) vcvtneps2bf16(dst, src int) {
+	b := evexRRR(2, 0x72, dst, -1, src)
+	checks[fmt.Sprintf("vcvtneps2bf16 ymm%d,zmm%d", dst, src)] = b
+	g.p("\t%s // VCVTNEPS2BF16 Z%d, Y%d", byteDirective(b), src, dst)
+}
+
+// rowAddr returns the address of row i of A at byte displacement disp. Rows 0-3 hang off SI,
+// 4-7 off R10, 8-11 off R11, with R8 = lda and R9 = 3·lda.
+func rowAddr(i, disp int) string {
+	base := []string{"SI", "R10", "R11"}[i/4]
+	idx := []string{"", "(R8*1)", "(R8*2)", "(R9*1)"}[i%4]
+	return fmt.Sprintf("%d(%s)%s", disp, base, idx)
+}
+
+// prologue loads the common arguments and sets up the row bases for mr rows.
+func (g *gen) prologue(mr int) {
+	g.p("\tMOVQ a+0(FP), SI")
+	g.p("\tMOVQ lda+8(FP), R8")
+	g.p("\tMOVQ b+16(FP), DX")
+	g.p("\tMOVQ kc+24(FP), CX")
+	g.p("\tLEAQ (R8)(R8*2), R9")
+	if mr > 4 {
+		g.p("\tLEAQ (SI)(R8*4), R10")
+	}
+	if mr > 8 {
+		g.p("\tLEAQ (R10)(R8*4), R11")
+	}
+}
+
+func (g *gen) advanceA(mr, bytes int) {
+	g.p("\tADDQ $%d, SI", bytes)
+	if mr > 4 {
+		g.p("\tADDQ $%d, R10", bytes)
+	}
+	if mr > 8 {
+		g.p("\tADDQ $%d, R11", bytes)
+	}
+}
+
+// store512 writes the mr×32 accumulators Z0..Z(2mr-1) to C under masks K1 (columns 0-15) and
+// K2 (16-31), adding C's old values when acc != 0.
+func (g *gen) store512(name string, mr int) {
+	g.p("\tMOVQ c+32(FP), DI")
+	g.p("\tMOVQ ldc+40(FP), R12")
+	g.p("\tMOVL mask+48(FP), AX")
+	g.p("\tKMOVW AX, K1")
+	g.p("\tSHRL $16, AX")
+	g.p("\tKMOVW AX, K2")
+	g.p("\tMOVQ acc+56(FP), BX")
+	g.p("\tTESTQ BX, BX")
+	g.p("\tJEQ %s_store", name)
+	for i := 0; i < mr; i++ {
+		g.p("\tVMOVUPS.Z (DI), K1, Z26")
+		g.p("\tVMOVUPS.Z 64(DI), K2, Z27")
+		g.p("\tVADDPS Z26, Z%d, Z%d", 2*i, 2*i)
+		g.p("\tVADDPS Z27, Z%d, Z%d", 2*i+1, 2*i+1)
+		g.p("\tVMOVUPS Z%d, K1, (DI)", 2*i)
+		g.p("\tVMOVUPS Z%d, K2, 64(DI)", 2*i+1)
+		if i < mr-1 {
+			g.p("\tADDQ R12, DI")
+		}
+	}
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("%s_store:", name)
+	for i := 0; i < mr; i++ {
+		g.p("\tVMOVUPS Z%d, K1, (DI)", 2*i)
+		g.p("\tVMOVUPS Z%d, K2, 64(DI)", 2*i+1)
+		if i < mr-1 {
+			g.p("\tADDQ R12, DI")
+		}
+	}
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+}
+
+func (g *gen) zero512(mr int) {
+	for i := 0; i < 2*mr; i++ {
+		g.p("\tVPXORD Z%d, Z%d, Z%d", i, i, i)
+	}
+}
+
+const args512 = "$0-64"
+
+// f32Avx512 is the FP32 kernel: per k, two 16-float loads of B, one broadcast of A per row and
+// two FMAs per row.
+func (g *gen) f32Avx512(mr int) {
+	name := fmt.Sprintf("gemmF32Avx512_%d", mr)
+	g.p("\n// func %s(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, %s", name, args512)
+	g.prologue(mr)
+	g.zero512(mr)
+	const U = 4
+	step := func(u int) {
+		g.p("\tVMOVUPS %d(DX), Z24", 128*u)
+		g.p("\tVMOVUPS %d(DX), Z25", 128*u+64)
+		for i := 0; i < mr; i++ {
+			r := 26 + i%4
+			g.p("\tVBROADCASTSS %s, Z%d", rowAddr(i, 4*u), r)
+			g.p("\tVFMADD231PS Z24, Z%d, Z%d", r, 2*i)
+			g.p("\tVFMADD231PS Z25, Z%d, Z%d", r, 2*i+1)
+		}
+	}
+	g.p("%s_loop%d:", name, U)
+	g.p("\tCMPQ CX, $%d", U)
+	g.p("\tJLT %s_tail", name)
+	for u := 0; u < U; u++ {
+		step(u)
+	}
+	g.advanceA(mr, 4*U)
+	g.p("\tADDQ $%d, DX", 128*U)
+	g.p("\tSUBQ $%d, CX", U)
+	g.p("\tJMP %s_loop%d", name, U)
+	g.p("%s_tail:", name)
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJEQ %s_done", name)
+	step(0)
+	g.advanceA(mr, 4)
+	g.p("\tADDQ $128, DX")
+	g.p("\tDECQ CX")
+	g.p("\tJMP %s_tail", name)
+	g.p("%s_done:", name)
+	g.store512(name, mr)
+}
+
+// w16Avx512 multiplies f32 A by bf16 B: each 64-byte load holds one k-pair of 16 columns; a
+// shift left by 16 gives the even k as f32, an AND with 0xffff0000 the odd k (both exact).
+// kc counts k (not pairs); an odd kc ends with a half step on the even k only.
+func (g *gen) w16Avx512(mr int) {
+	name := fmt.Sprintf("gemmW16Avx512_%d", mr)
+	g.p("\n// func %s(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, %s", name, args512)
+	g.prologue(mr)
+	g.p("\tMOVL $0xffff0000, AX")
+	g.p("\tVPBROADCASTD AX, Z31")
+	g.p("\tMOVQ CX, BX")
+	g.p("\tSHRQ $1, CX")
+	g.zero512(mr)
+	const U = 2
+	step := func(u int, oddOnly bool) {
+		g.p("\tVMOVDQU32 %d(DX), Z26", 128*u)
+		g.p("\tVMOVDQU32 %d(DX), Z27", 128*u+64)
+		g.p("\tVPSLLD $16, Z26, Z24")
+		g.p("\tVPSLLD $16, Z27, Z25")
+		if !oddOnly {
+			g.p("\tVPANDD Z31, Z26, Z26")
+			g.p("\tVPANDD Z31, Z27, Z27")
+		}
+		for i := 0; i < mr; i++ {
+			g.p("\tVBROADCASTSS %s, Z28", rowAddr(i, 8*u))
+			g.p("\tVFMADD231PS Z24, Z28, Z%d", 2*i)
+			g.p("\tVFMADD231PS Z25, Z28, Z%d", 2*i+1)
+			if !oddOnly {
+				g.p("\tVBROADCASTSS %s, Z29", rowAddr(i, 8*u+4))
+				g.p("\tVFMADD231PS Z26, Z29, Z%d", 2*i)
+				g.p("\tVFMADD231PS Z27, Z29, Z%d", 2*i+1)
+			}
+		}
+	}
+	g.p("%s_loop%d:", name, U)
+	g.p("\tCMPQ CX, $%d", U)
+	g.p("\tJLT %s_tail", name)
+	for u := 0; u < U; u++ {
+		step(u, false)
+	}
+	g.advanceA(mr, 8*U)
+	g.p("\tADDQ $%d, DX", 128*U)
+	g.p("\tSUBQ $%d, CX", U)
+	g.p("\tJMP %s_loop%d", name, U)
+	g.p("%s_tail:", name)
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJEQ %s_odd", name)
+	step(0, false)
+	g.advanceA(mr, 8)
+	g.p("\tADDQ $128, DX")
+	g.p("\tDECQ CX")
+	g.p("\tJMP %s_tail", name)
+	g.p("%s_odd:", name)
+	g.p("\tTESTQ $1, BX")
+	g.p("\tJEQ %s_done", name)
+	step(0, true)
+	g.p("%s_done:", name)
+	g.store512(name, mr)
+}
+
+// dotAvx512 multiplies bf16 A pairs (one uint32 per k-pair, broadcast) by bf16 B with
+// VDPBF16PS; kc counts pairs.
+func (g *gen) dotAvx512(mr int) {
+	name := fmt.Sprintf("gemmDotAvx512_%d", mr)
+	g.p("\n// func %s(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, %s", name, args512)
+	g.prologue(mr)
+	g.zero512(mr)
+	const U = 4
+	step := func(u int) {
+		g.p("\tVMOVDQU32 %d(DX), Z24", 128*u)
+		g.p("\tVMOVDQU32 %d(DX), Z25", 128*u+64)
+		for i := 0; i < mr; i++ {
+			r := 26 + i%4
+			g.p("\tVPBROADCASTD %s, Z%d", rowAddr(i, 4*u), r)
+			g.vdpbf16ps(2*i, 24, r)
+			g.vdpbf16ps(2*i+1, 25, r)
+		}
+	}
+	g.p("%s_loop%d:", name, U)
+	g.p("\tCMPQ CX, $%d", U)
+	g.p("\tJLT %s_tail", name)
+	for u := 0; u < U; u++ {
+		step(u)
+	}
+	g.advanceA(mr, 4*U)
+	g.p("\tADDQ $%d, DX", 128*U)
+	g.p("\tSUBQ $%d, CX", U)
+	g.p("\tJMP %s_loop%d", name, U)
+	g.p("%s_tail:", name)
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJEQ %s_done", name)
+	step(0)
+	g.advanceA(mr, 4)
+	g.p("\tADDQ $128, DX")
+	g.p("\tDECQ CX")
+	g.p("\tJMP %s_tail", name)
+	g.p("%s_done:", name)
+	g.store512(name, mr)
+}
+
+const args256 = "$0-56"
+
+// store256 writes the mr×16 accumulators Y0..Y(2mr-1) to C (all 16 columns; the Go side routes
+// ragged column edges through a scratch tile).
+func (g *gen) store256(name string, mr int) {
+	g.p("\tMOVQ c+32(FP), DI")
+	g.p("\tMOVQ ldc+40(FP), R12")
+	g.p("\tMOVQ acc+48(FP), BX")
+	g.p("\tTESTQ BX, BX")
+	g.p("\tJEQ %s_store", name)
+	for i := 0; i < mr; i++ {
+		g.p("\tVADDPS (DI), Y%d, Y%d", 2*i, 2*i)
+		g.p("\tVADDPS 32(DI), Y%d, Y%d", 2*i+1, 2*i+1)
+		g.p("\tVMOVUPS Y%d, (DI)", 2*i)
+		g.p("\tVMOVUPS Y%d, 32(DI)", 2*i+1)
+		if i < mr-1 {
+			g.p("\tADDQ R12, DI")
+		}
+	}
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("%s_store:", name)
+	for i := 0; i < mr; i++ {
+		g.p("\tVMOVUPS Y%d, (DI)", 2*i)
+		g.p("\tVMOVUPS Y%d, 32(DI)", 2*i+1)
+		if i < mr-1 {
+			g.p("\tADDQ R12, DI")
+		}
+	}
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+}
+
+func (g *gen) zero256(mr int) {
+	for i := 0; i < 2*mr; i++ {
+		g.p("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
+	}
+}
+
+// f32Avx2 is the AVX2+FMA kernel on half a 32-column f32 panel (B row stride 128 bytes).
+func (g *gen) f32Avx2(mr int) {
+	name := fmt.Sprintf("gemmF32Avx2_%d", mr)
+	g.p("\n// func %s(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, %s", name, args256)
+	g.prologue(mr)
+	g.zero256(mr)
+	const U = 4
+	step := func(u int) {
+		g.p("\tVMOVUPS %d(DX), Y12", 128*u)
+		g.p("\tVMOVUPS %d(DX), Y13", 128*u+32)
+		for i := 0; i < mr; i++ {
+			r := 14 + i%2
+			g.p("\tVBROADCASTSS %s, Y%d", rowAddr(i, 4*u), r)
+			g.p("\tVFMADD231PS Y12, Y%d, Y%d", r, 2*i)
+			g.p("\tVFMADD231PS Y13, Y%d, Y%d", r, 2*i+1)
+		}
+	}
+	g.p("%s_loop%d:", name, U)
+	g.p("\tCMPQ CX, $%d", U)
+	g.p("\tJLT %s_tail", name)
+	for u := 0; u < U; u++ {
+		step(u)
+	}
+	g.advanceA(mr, 4*U)
+	g.p("\tADDQ $%d, DX", 128*U)
+	g.p("\tSUBQ $%d, CX", U)
+	g.p("\tJMP %s_loop%d", name, U)
+	g.p("%s_tail:", name)
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJEQ %s_done", name)
+	step(0)
+	g.advanceA(mr, 4)
+	g.p("\tADDQ $128, DX")
+	g.p("\tDECQ CX")
+	g.p("\tJMP %s_tail", name)
+	g.p("%s_done:", name)
+	g.store256(name, mr)
+}
+
+// w16Avx2 is the AVX2 kernel for f32 A by bf16 B on half a bf16 panel (16 columns × one k-pair
+// = 64 bytes, B row stride 128 bytes). Y15 holds the 0xffff0000 mask, Y14 the A broadcast.
+func (g *gen) w16Avx2(mr int) {
+	name := fmt.Sprintf("gemmW16Avx2_%d", mr)
+	g.p("\n// func %s(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, %s", name, args256)
+	g.prologue(mr)
+	g.p("\tMOVL $0xffff0000, AX")
+	g.p("\tMOVQ AX, X15")
+	g.p("\tVPBROADCASTD X15, Y15")
+	g.p("\tMOVQ CX, BX")
+	g.p("\tSHRQ $1, CX")
+	g.zero256(mr)
+	step := func(oddOnly bool) {
+		g.p("\tVMOVDQU (DX), Y12")
+		g.p("\tVMOVDQU 32(DX), Y13")
+		g.p("\tVPSLLD $16, Y12, Y12")
+		g.p("\tVPSLLD $16, Y13, Y13")
+		for i := 0; i < mr; i++ {
+			g.p("\tVBROADCASTSS %s, Y14", rowAddr(i, 0))
+			g.p("\tVFMADD231PS Y12, Y14, Y%d", 2*i)
+			g.p("\tVFMADD231PS Y13, Y14, Y%d", 2*i+1)
+		}
+		if oddOnly {
+			return
+		}
+		g.p("\tVPAND (DX), Y15, Y12")
+		g.p("\tVPAND 32(DX), Y15, Y13")
+		for i := 0; i < mr; i++ {
+			g.p("\tVBROADCASTSS %s, Y14", rowAddr(i, 4))
+			g.p("\tVFMADD231PS Y12, Y14, Y%d", 2*i)
+			g.p("\tVFMADD231PS Y13, Y14, Y%d", 2*i+1)
+		}
+	}
+	g.p("%s_loop:", name)
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJEQ %s_odd", name)
+	step(false)
+	g.advanceA(mr, 8)
+	g.p("\tADDQ $128, DX")
+	g.p("\tDECQ CX")
+	g.p("\tJMP %s_loop", name)
+	g.p("%s_odd:", name)
+	g.p("\tTESTQ $1, BX")
+	g.p("\tJEQ %s_done", name)
+	step(true)
+	g.p("%s_done:", name)
+	g.store256(name, mr)
+}
+
+// peak emits n iterations of 12 independent register-resident chains (FMA or VDPBF16PS).
+func (g *gen) peak(name string, body func(i int)) {
+	g.p("\n// func %s(n int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	g.p("\tMOVQ n+0(FP), CX")
+	g.p("%s_loop:", name)
+	for i := 0; i < 12; i++ {
+		body(i)
+	}
+	g.p("\tDECQ CX")
+	g.p("\tJNZ %s_loop", name)
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+}
+
+// cvt converts n/16 blocks of 16 floats at src to bf16 at dst (round to nearest even).
+func (g *gen) cvt() {
+	g.p("\n// func cvtBF16Avx512(dst unsafe.Pointer, src unsafe.Pointer, n int)")
+	g.p("TEXT ·cvtBF16Avx512(SB), NOSPLIT, $0-24")
+	g.p("\tMOVQ dst+0(FP), DI")
+	g.p("\tMOVQ src+8(FP), SI")
+	g.p("\tMOVQ n+16(FP), CX")
+	g.p("\tSHRQ $4, CX")
+	g.p("cvt_loop:")
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJEQ cvt_done")
+	g.p("\tVMOVUPS (SI), Z0")
+	g.vcvtneps2bf16(1, 0)
+	g.p("\tVMOVDQU Y1, (DI)")
+	g.p("\tADDQ $64, SI")
+	g.p("\tADDQ $32, DI")
+	g.p("\tDECQ CX")
+	g.p("\tJMP cvt_loop")
+	g.p("cvt_done:")
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+}
+
+func main() {
+	flag.Parse()
+	var g gen
+	g.p("// Code generated by kernels/_gen; DO NOT EDIT.")
+	g.p("")
+	g.p("//go:build !purego")
+	g.p("")
+	g.p("#include \"textflag.h\"")
+	for mr := 1; mr <= 12; mr++ {
+		g.f32Avx512(mr)
+	}
+	for mr := 1; mr <= 12; mr++ {
+		g.w16Avx512(mr)
+	}
+	for mr := 1; mr <= 12; mr++ {
+		g.dotAvx512(mr)
+	}
+	for mr := 1; mr <= 6; mr++ {
+		g.f32Avx2(mr)
+	}
+	for mr := 1; mr <= 6; mr++ {
+		g.w16Avx2(mr)
+	}
+	g.peak("peakF32Avx512", func(i int) { g.p("\tVFMADD231PS Z30, Z31, Z%d", i) })
+	g.peak("peakDotAvx512", func(i int) { g.vdpbf16ps(i, 30, 31) })
+	g.peak("peakF32Avx2", func(i int) { g.p("\tVFMADD231PS Y14, Y15, Y%d", i) })
+	g.cvt()
+	if *verify {
+		if err := verifyEncodings(); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(*out, g.b.Bytes(), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(*decl, declarations(), 0o644); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// declarations returns the Go file declaring every kernel and the per-height kernel tables.
+func declarations() []byte {
+	var b bytes.Buffer
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w("// Code generated by kernels/_gen; DO NOT EDIT.")
+	w("")
+	w("//go:build !purego")
+	w("")
+	w("package kernels")
+	w("")
+	w("import \"unsafe\"")
+	const sig512 = "(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)"
+	const sig256 = "(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)"
+	w("")
+	w("// kern512 computes an mr×32 tile: C (masked columns) = [C +] A[mr×kc]·B-panel[kc×32].")
+	w("type kern512 func%s", sig512)
+	w("")
+	w("// kern256 computes an mr×16 tile on half a 32-column panel: C = [C +] A·B.")
+	w("type kern256 func%s", sig256)
+	table := func(name, prefix string, n int, typ string) {
+		w("")
+		w("var %s = [...]%s{nil,", name, typ)
+		for mr := 1; mr <= n; mr++ {
+			w("\t%s_%d,", prefix, mr)
+		}
+		w("}")
+	}
+	table("f32Avx512", "gemmF32Avx512", 12, "kern512")
+	table("w16Avx512", "gemmW16Avx512", 12, "kern512")
+	table("dotAvx512", "gemmDotAvx512", 12, "kern512")
+	table("f32Avx2", "gemmF32Avx2", 6, "kern256")
+	table("w16Avx2", "gemmW16Avx2", 6, "kern256")
+	decls := func(prefix string, n int, sig string) {
+		for mr := 1; mr <= n; mr++ {
+			w("")
+			w("//go:noescape")
+			w("func %s_%d%s", prefix, mr, sig)
+		}
+	}
+	decls("gemmF32Avx512", 12, sig512)
+	decls("gemmW16Avx512", 12, sig512)
+	decls("gemmDotAvx512", 12, sig512)
+	decls("gemmF32Avx2", 6, sig256)
+	decls("gemmW16Avx2", 6, sig256)
+	for _, p := range []string{"peakF32Avx512", "peakDotAvx512", "peakF32Avx2"} {
+		w("")
+		w("func %s(n int)", p)
+	}
+	w("")
+	w("//go:noescape")
+	w("func cvtBF16Avx512(dst unsafe.Pointer, src unsafe.Pointer, n int)")
+	return b.Bytes()
+}
+
+// verifyEncodings assembles every BYTE-encoded instruction with GNU as and compares bytes.
+func verifyEncodings() error {
+	if _, err := exec.LookPath("as"); err != nil {
+		log.Printf("as not found: BYTE encodings not verified")
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "gemmgen")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	var src strings.Builder
+	src.WriteString(".intel_syntax noprefix\n")
+	var order []string
+	for ins := range checks {
+		order = append(order, ins)
+		src.WriteString(ins + "\n")
+	}
+	s, o := filepath.Join(dir, "x.s"), filepath.Join(dir, "x.o")
+	if err := os.WriteFile(s, []byte(src.String()), 0o644); err != nil {
+		return err
+	}
+	if b, err := exec.Command("as", s, "-o", o).CombinedOutput(); err != nil {
+		return fmt.Errorf("as: %v: %s", err, b)
+	}
+	dump, err := exec.Command("objdump", "-d", "-M", "intel", o).Output()
+	if err != nil {
+		return fmt.Errorf("objdump: %w", err)
+	}
+	re := regexp.MustCompile(`^\s*[0-9a-f]+:\s+((?:[0-9a-f]{2} )+)\s*(.*)$`)
+	n := 0
+	for _, line := range strings.Split(string(dump), "\n") {
+		m := re.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		if n >= len(order) {
+			return fmt.Errorf("objdump: more instructions than assembled")
+		}
+		want := strings.TrimSpace(m[1])
+		got := fmt.Sprintf("% x", checks[order[n]])
+		if want != got {
+			return fmt.Errorf("encoding of %q: as gives %s, generator %s", order[n], want, got)
+		}
+		n++
+	}
+	if n != len(order) {
+		return fmt.Errorf("objdump listed %d instructions, want %d", n, len(order))
+	}
+	log.Printf("verified %d BYTE encodings against GNU as", n)
+	return nil
+}

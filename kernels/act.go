@@ -1,0 +1,49 @@
+package kernels
+
+import "math"
+
+// SiLUMul writes dst[i] = silu(gate[i]) · up[i] = gate[i]·up[i] / (1 + exp(-gate[i])). dst may
+// alias gate or up. With AVX-512 the exponential is a polynomial within 2 ulp (act_amd64.s);
+// the reference (and the tail of fewer than 16 values) uses math.Exp.
+func SiLUMul(dst, gate, up []float32) {
+	n := len(gate)
+	if n == 0 {
+		return
+	}
+	_, _ = dst[n-1], up[n-1]
+	i := 0
+	if haveActAsm() {
+		i = siluMulAsm(dst, gate, up)
+	}
+	siluMulGeneric(dst[i:n], gate[i:], up[i:n])
+}
+
+// expScaleSum sets x[i] = exp(x[i]·scale - sub) and returns Σ x[i]: the exponentials of a
+// softmax row after its maximum is known.
+func expScaleSum(x []float32, scale, sub float32) float32 {
+	i, s := 0, float32(0)
+	if haveActAsm() {
+		i, s = expScaleSumAsm(x, scale, sub)
+	}
+	for j := i; j < len(x); j++ {
+		e := float32(math.Exp(float64(x[j]*scale - sub)))
+		x[j] = e
+		s += e
+	}
+	return s
+}
+
+// maxF32 returns the largest value of x (-Inf for an empty slice).
+func maxF32(x []float32) float32 {
+	m := float32(math.Inf(-1))
+	i := 0
+	if haveActAsm() {
+		if n, v := maxAsm(x); n > 0 {
+			i, m = n, v
+		}
+	}
+	for _, v := range x[i:] {
+		m = max(m, v)
+	}
+	return m
+}

@@ -1,0 +1,138 @@
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// ulpDiff is the distance in units of the last place between two finite float32 of one sign.
+func ulpDiff(a, b float32) int64 {
+	if a == b {
+		return 0
+	}
+	ia, ib := int64(math.Float32bits(a)), int64(math.Float32bits(b))
+	if (ia < 0) != (ib < 0) || math.Signbit(float64(a)) != math.Signbit(float64(b)) {
+		return math.MaxInt64
+	}
+	if ia > ib {
+		return ia - ib
+	}
+	return ib - ia
+}
+
+// actInputs are vectors of every length class around the 16-lane blocks, plus extreme values.
+func actInputs() [][]float32 {
+	rng := rand.New(rand.NewPCG(5, 5))
+	var out [][]float32
+	for _, n := range []int{0, 1, 15, 16, 17, 31, 32, 33, 100, 1408} {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * 4)
+		}
+		out = append(out, v)
+	}
+	ext := []float32{-200, -88, -87.5, -50, -1e-30, 0, 1e-30, 1e-3, 20, 50, 88, 88.8, 200, -0.5, 0.5, 3}
+	return append(out, ext)
+}
+
+func TestSiLUMul(t *testing.T) {
+	for _, g := range actInputs() {
+		u := make([]float32, len(g))
+		for i := range u {
+			u[i] = float32(i%7) - 3.25
+		}
+		want := make([]float32, len(g))
+		siluMulGeneric(want, g, u)
+		got := make([]float32, len(g))
+		SiLUMul(got, g, u)
+		for i := range want {
+			// Tiny results (silu of very negative gates) only need to be tiny.
+			if ulpDiff(got[i], want[i]) > 4 && math.Abs(float64(got[i]-want[i])) > 1e-30 {
+				t.Fatalf("n=%d: silu(%v)·%v = %v, want %v", len(g), g[i], u[i], got[i], want[i])
+			}
+		}
+		// In place (dst aliases gate).
+		inPlace := append([]float32(nil), g...)
+		SiLUMul(inPlace, inPlace, u)
+		for i := range got {
+			if inPlace[i] != got[i] {
+				t.Fatalf("n=%d: in place [%d] = %v, want %v", len(g), i, inPlace[i], got[i])
+			}
+		}
+	}
+}
+
+func TestSoftmax(t *testing.T) {
+	for _, x := range actInputs() {
+		for _, shift := range []float32{0, 1000, -1000} {
+			in := make([]float32, len(x))
+			for i := range x {
+				in[i] = x[i] + shift
+			}
+			want := append([]float32(nil), in...)
+			softmaxGeneric(want)
+			got := append([]float32(nil), in...)
+			Softmax(got)
+			var sum float64
+			for i := range want {
+				sum += float64(got[i])
+				if d := math.Abs(float64(got[i] - want[i])); d > 1e-5*math.Max(float64(want[i]), 1e-3) {
+					t.Fatalf("n=%d shift %v: [%d] = %v, want %v", len(x), shift, i, got[i], want[i])
+				}
+			}
+			if len(x) > 0 && math.Abs(sum-1) > 1e-5 {
+				t.Fatalf("n=%d: sums to %v", len(x), sum)
+			}
+		}
+	}
+}
+
+func TestMaxF32(t *testing.T) {
+	for _, x := range actInputs() {
+		want := float32(math.Inf(-1))
+		for _, v := range x {
+			want = max(want, v)
+		}
+		if got := maxF32(x); got != want {
+			t.Errorf("n=%d: max %v, want %v", len(x), got, want)
+		}
+	}
+}
+
+func BenchmarkSiLUMul(b *testing.B) {
+	for _, impl := range []struct {
+		name string
+		f    func(dst, g, u []float32)
+	}{{"dispatch", SiLUMul}, {"generic", siluMulGeneric}} {
+		g := make([]float32, 768*64)
+		for i := range g {
+			g[i] = float32(i%100)/10 - 5
+		}
+		u := append([]float32(nil), g...)
+		b.Run(impl.name, func(b *testing.B) {
+			b.SetBytes(int64(len(g)) * 4)
+			for b.Loop() {
+				impl.f(g, g, u)
+				copy(g, u)
+			}
+		})
+	}
+}
+
+func BenchmarkSoftmax(b *testing.B) {
+	for _, impl := range []struct {
+		name string
+		f    func(x []float32)
+	}{{"dispatch", Softmax}, {"generic", softmaxGeneric}} {
+		x := make([]float32, 128)
+		b.Run(impl.name, func(b *testing.B) {
+			for b.Loop() {
+				for i := range x {
+					x[i] = float32(i % 13)
+				}
+				impl.f(x)
+			}
+		})
+	}
+}

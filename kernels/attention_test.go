@@ -1,0 +1,124 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+func randAttention(rng *rand.Rand, heads, kvHeads, hd, prefix int, lens []int) *PrefixAttention {
+	starts := []int{0}
+	for _, l := range lens {
+		starts = append(starts, starts[len(starts)-1]+l)
+	}
+	T := starts[len(starts)-1]
+	return &PrefixAttention{
+		Heads: heads, KVHeads: kvHeads, HeadDim: hd,
+		Scale:   1 / float32(hd),
+		PrefixK: randVec(rng, prefix*kvHeads*hd), PrefixV: randVec(rng, prefix*kvHeads*hd), PrefixLen: prefix,
+		Q: randVec(rng, T*heads*hd), K: randVec(rng, T*kvHeads*hd), V: randVec(rng, T*kvHeads*hd),
+		SeqStarts: starts,
+	}
+}
+
+func TestAttentionMatchesReference(t *testing.T) {
+	tests := []struct {
+		heads, kvHeads, hd, prefix int
+		lens                       []int
+	}{
+		{heads: 2, kvHeads: 2, hd: 8, prefix: 0, lens: []int{1}},
+		{heads: 4, kvHeads: 2, hd: 16, prefix: 0, lens: []int{3, 70, 1}},
+		{heads: 8, kvHeads: 4, hd: 64, prefix: 71, lens: []int{200, 13, 66, 129}},
+		{heads: 4, kvHeads: 1, hd: 32, prefix: 5, lens: []int{64, 65}},
+		{heads: 6, kvHeads: 3, hd: 24, prefix: 130, lens: []int{0, 7, 0}},
+		{heads: 3, kvHeads: 3, hd: 40, prefix: 1, lens: []int{33}},
+		{heads: 4, kvHeads: 2, hd: 16, prefix: 9, lens: []int{}},
+	}
+	for _, tc := range tests {
+		name := fmt.Sprintf("h%d_kv%d_hd%d_p%d_%v", tc.heads, tc.kvHeads, tc.hd, tc.prefix, tc.lens)
+		for _, thr := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/t%d", name, thr), func(t *testing.T) {
+				defer SetThreads(Threads())
+				SetThreads(thr)
+				rng := rand.New(rand.NewPCG(uint64(tc.prefix), uint64(len(tc.lens))))
+				a := randAttention(rng, tc.heads, tc.kvHeads, tc.hd, tc.prefix, tc.lens)
+				T := a.SeqStarts[len(a.SeqStarts)-1]
+				want := make([]float32, T*tc.heads*tc.hd)
+				attentionReference(want, a)
+				got := randVec(rng, len(want)) // garbage in out must not matter
+				Attention(got, a)
+				if i := closeTo(got, want, 2e-5); i >= 0 {
+					t.Fatalf("out[%d] = %v, want %v", i, got[i], want[i])
+				}
+			})
+		}
+	}
+}
+
+func TestAttentionLargeScores(t *testing.T) {
+	// Large logits: the merge must rescale by the larger maximum, not overflow.
+	rng := rand.New(rand.NewPCG(8, 8))
+	a := randAttention(rng, 2, 1, 16, 20, []int{30, 5})
+	a.Scale = 8
+	want := make([]float32, 35*2*16)
+	attentionReference(want, a)
+	got := make([]float32, len(want))
+	Attention(got, a)
+	if i := closeTo(got, want, 1e-4); i >= 0 {
+		t.Fatalf("out[%d] = %v, want %v", i, got[i], want[i])
+	}
+}
+
+func TestAttentionBadShapes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	tests := []struct {
+		name string
+		mod  func(a *PrefixAttention)
+		want string
+	}{
+		{"heads not multiple", func(a *PrefixAttention) { a.KVHeads = 3 }, "not a multiple"},
+		{"short Q", func(a *PrefixAttention) { a.Q = a.Q[:10] }, "Q has 10 values"},
+		{"short prefix", func(a *PrefixAttention) { a.PrefixLen = 100 }, "prefix K/V"},
+		{"descending starts", func(a *PrefixAttention) { a.SeqStarts = []int{0, 5, 3} }, "not ascending"},
+		{"zero head dim", func(a *PrefixAttention) { a.HeadDim = 0 }, "must be > 0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := randAttention(rng, 4, 2, 8, 3, []int{5})
+			tc.mod(a)
+			defer func() {
+				r := recover()
+				if r == nil || !strings.Contains(fmt.Sprint(r), tc.want) {
+					t.Fatalf("panic %v, want one containing %q", r, tc.want)
+				}
+			}()
+			Attention(make([]float32, 5*4*8), a)
+		})
+	}
+}
+
+// BenchmarkAttention is the scoring job's shape: 16 items of ~200 tokens after a 71-token
+// prefix, 8 heads over 4 KV heads of 64.
+func BenchmarkAttention(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	lens := make([]int, 16)
+	for i := range lens {
+		lens[i] = 193 + i
+	}
+	a := randAttention(rng, 8, 4, 64, 71, lens)
+	T := a.SeqStarts[len(a.SeqStarts)-1]
+	out := make([]float32, T*8*64)
+	for _, impl := range []struct {
+		name string
+		f    func([]float32, *PrefixAttention)
+	}{{"prefix-gemm", Attention}, {"reference", attentionReference}} {
+		b.Run(impl.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				impl.f(out, a)
+			}
+			b.ReportMetric(float64(T)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}

@@ -1,0 +1,370 @@
+//go:build !purego
+
+package kernels
+
+import (
+	"os"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// packWeights: the assembly kernels read packed panels (gemm_pack.go).
+const packWeights = true
+
+// Tuning knobs (variables so the tuning test can sweep them).
+var (
+	// kcF32 is the k extent of a cache block for f32 weights: a 12×256 f32 A micro-panel is 12 KB
+	// (L1), one panel's block 32 KB, a block of ≤512 columns 512 KB (half of L2).
+	kcF32 = 256
+	// kcBF16 is the same for bf16 weights, whose blocks take half the bytes per k.
+	kcBF16 = 512
+	// ncMax is the widest column block (16 panels).
+	ncMax = 512
+	// mcMax bounds the rows of one Linear task so big-m products still give many tasks.
+	mcMax = 240
+	// panelOuter: loop panels outside micro-tiles (B micro-panel in L1, A from L2) instead of
+	// micro-tiles outside panels (A micro-panel in L1, B block from L2).
+	panelOuter = false
+)
+
+type gemmMode uint8
+
+const (
+	modeF32 gemmMode = iota // f32 A × f32 B
+	modeW16                 // f32 A × bf16 B, widened in registers
+	modeDot                 // bf16 A pairs × bf16 B, VDPBF16PS
+)
+
+// gemmOp is one prepared product dst = A·Wᵀ: where A's rows start and how far apart, the
+// packed weight, dst, and the kernels for the chosen ISA and mode.
+type gemmOp struct {
+	isa        isaLevel
+	mode       gemmMode
+	k, kcBlock int
+	a          unsafe.Pointer // row 0 of A (x itself, or its bf16 pairs)
+	lda        uintptr        // bytes between rows of A
+	b          unsafe.Pointer // packed panels
+	panelBytes uintptr        // bytes of one panel over all of K
+	dst        unsafe.Pointer
+	ldc        uintptr // bytes between rows of dst
+	k512       *[13]kern512
+	k256       *[7]kern256
+	abuf       *[]uint32 // pooled bf16 copy of A (modeDot)
+}
+
+var abufPool = sync.Pool{New: func() any { return new([]uint32) }}
+
+// prepare sets up op for m rows of x; for the VDPBF16PS path it rounds those rows to bf16 pairs
+// (done once per call: it is O(m·K) against the product's O(m·N·K)). release returns the buffer.
+func (op *gemmOp) prepare(isa isaLevel, dst []float32, ldDst int, x []float32, ldX int, m int, w *Weight) {
+	*op = gemmOp{isa: isa, k: w.K, dst: unsafe.Pointer(unsafe.SliceData(dst)), ldc: uintptr(ldDst) * 4}
+	op.a, op.lda = unsafe.Pointer(unsafe.SliceData(x)), uintptr(ldX)*4
+	switch {
+	case w.DType == F32:
+		op.mode, op.kcBlock = modeF32, kcF32
+		op.b, op.panelBytes = unsafe.Pointer(unsafe.SliceData(w.p32)), uintptr(w.K)*panelWidth*4
+		op.k512, op.k256 = &f32Avx512, &f32Avx2
+		op.unalias(x, ldX, m)
+	case isa >= isaAVX512BF16 && bf16Dot.Load():
+		op.mode, op.kcBlock = modeDot, kcBF16
+		op.b, op.panelBytes = unsafe.Pointer(unsafe.SliceData(w.p16)), uintptr((w.K+1)/2)*panelWidth*4
+		op.k512 = &dotAvx512
+		op.toBF16Pairs(x, ldX, m)
+	default:
+		op.mode, op.kcBlock = modeW16, kcBF16
+		op.b, op.panelBytes = unsafe.Pointer(unsafe.SliceData(w.p16)), uintptr((w.K+1)/2)*panelWidth*4
+		op.k512, op.k256 = &w16Avx512, &w16Avx2
+		op.unalias(x, ldX, m)
+	}
+}
+
+func (op *gemmOp) release() {
+	if op.abuf != nil {
+		abufPool.Put(op.abuf)
+		op.abuf = nil
+	}
+}
+
+// toBF16Pairs converts m rows of x into a pooled buffer of bf16 k-pairs (one uint32 per pair,
+// the odd K padded with zero). Rows are 64-byte aligned and never a multiple of 4 KB apart, so
+// the 12 rows of a micro-tile do not fight over the same L1 sets.
+func (op *gemmOp) toBF16Pairs(x []float32, ldX, m int) {
+	k := op.k
+	kp := (k + 1) / 2
+	ld := (kp + 15) &^ 15
+	if ld%1024 == 0 {
+		ld += 16
+	}
+	op.abuf = abufPool.Get().(*[]uint32)
+	if cap(*op.abuf) < m*ld {
+		*op.abuf = make([]uint32, m*ld)
+	}
+	buf := (*op.abuf)[:m*ld]
+	bulk := k &^ 15
+	for i := 0; i < m; i++ {
+		row := buf[i*ld : i*ld+kp]
+		src := x[i*ldX : i*ldX+k]
+		if bulk > 0 {
+			cvtBF16Avx512(unsafe.Pointer(&row[0]), unsafe.Pointer(&src[0]), bulk)
+		}
+		h := unsafe.Slice((*uint16)(unsafe.Pointer(&row[0])), 2*kp)
+		for kk := bulk; kk < k; kk++ {
+			h[kk] = RoundBF16(src[kk])
+		}
+		if k%2 == 1 {
+			h[k] = 0
+		}
+	}
+	op.a, op.lda = unsafe.Pointer(unsafe.SliceData(buf)), uintptr(ld)*4
+}
+
+// unalias copies A to a pooled buffer with a padded row stride when x's rows are a multiple
+// of 4 KB apart (K = 1024, 2048, …): the rows of a micro-tile would then share L1 sets and
+// evict each other between the panels that reuse them. The copy is O(m·K) once per call.
+func (op *gemmOp) unalias(x []float32, ldX, m int) {
+	if ldX%1024 != 0 || m < 2 || os.Getenv("KERNELS_NOPAD") == "1" {
+		return
+	}
+	k := op.k
+	ld := ldX + 16
+	op.abuf = abufPool.Get().(*[]uint32)
+	if cap(*op.abuf) < m*ld {
+		*op.abuf = make([]uint32, m*ld)
+	}
+	buf := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(*op.abuf))), m*ld)
+	for i := 0; i < m; i++ {
+		copy(buf[i*ld:i*ld+k], x[i*ldX:i*ldX+k])
+	}
+	op.a, op.lda = unsafe.Pointer(unsafe.SliceData(buf)), uintptr(ld)*4
+}
+
+// microTile is the micro-tile height for a requested tile height (see gemmRows).
+func microTile(isa isaLevel, tileM int) int {
+	mr := 12
+	if isa < isaAVX512 {
+		mr = 6
+	}
+	if tileM >= 1 && tileM < mr {
+		return tileM
+	}
+	return mr
+}
+
+// block computes dst rows [r0, r1) × columns [c0, c1) over all of K: for each k block, each
+// micro-tile of mt rows runs against every panel of the column range (the A micro-panel stays
+// in L1, the block of B in L2).
+func (op *gemmOp) block(r0, r1, c0, c1, mt int) {
+	var scratch [6 * 16]float32
+	for k0 := 0; k0 < op.k; k0 += op.kcBlock {
+		kc := min(op.kcBlock, op.k-k0)
+		acc := 0
+		if k0 > 0 {
+			acc = 1
+		}
+		kArg := kc
+		var aOff, bOff uintptr
+		switch op.mode {
+		case modeF32:
+			aOff, bOff = uintptr(k0)*4, uintptr(k0)*panelWidth*4
+		case modeW16:
+			aOff, bOff = uintptr(k0)*4, uintptr(k0/2)*panelWidth*4
+		case modeDot:
+			aOff, bOff = uintptr(k0/2)*4, uintptr(k0/2)*panelWidth*4
+			kArg = (kc + 1) / 2
+		}
+		if panelOuter {
+			for p := c0 / panelWidth; p*panelWidth < c1; p++ {
+				for i := r0; i < r1; i += mt {
+					op.tile(i, min(mt, r1-i), p, c0, c1, aOff, bOff, kArg, acc, &scratch)
+				}
+			}
+			continue
+		}
+		for i := r0; i < r1; i += mt {
+			rows := min(mt, r1-i)
+			a := unsafe.Add(op.a, uintptr(i)*op.lda+aOff)
+			crow := unsafe.Add(op.dst, uintptr(i)*op.ldc)
+			for p := c0 / panelWidth; p*panelWidth < c1; p++ {
+				b := unsafe.Add(op.b, uintptr(p)*op.panelBytes+bOff)
+				cs := p * panelWidth
+				lo, hi := max(c0-cs, 0), min(c1-cs, panelWidth)
+				if op.isa >= isaAVX512 {
+					mask := uint32((uint64(1)<<hi - 1) &^ (uint64(1)<<lo - 1))
+					op.k512[rows](a, op.lda, b, kArg, unsafe.Add(crow, cs*4), op.ldc, mask, acc)
+					continue
+				}
+				for h := 0; h < 2; h++ {
+					hlo, hhi := max(lo-16*h, 0), min(hi-16*h, 16)
+					if hlo >= hhi {
+						continue
+					}
+					bh, ch := unsafe.Add(b, 64*h), unsafe.Add(crow, (cs+16*h)*4)
+					if hlo == 0 && hhi == 16 {
+						op.k256[rows](a, op.lda, bh, kArg, ch, op.ldc, acc)
+						continue
+					}
+					// A ragged column edge: compute the whole half panel aside, keep its valid part.
+					op.k256[rows](a, op.lda, bh, kArg, unsafe.Pointer(&scratch[0]), 64, 0)
+					for r := 0; r < rows; r++ {
+						d := unsafe.Slice((*float32)(unsafe.Add(ch, uintptr(r)*op.ldc)), 16)
+						for j := hlo; j < hhi; j++ {
+							if acc != 0 {
+								d[j] += scratch[r*16+j]
+							} else {
+								d[j] = scratch[r*16+j]
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// tile runs one micro-kernel call: rows [i, i+rows) against panel p, columns clipped to [c0, c1).
+func (op *gemmOp) tile(i, rows, p, c0, c1 int, aOff, bOff uintptr, kArg, acc int, scratch *[96]float32) {
+	a := unsafe.Add(op.a, uintptr(i)*op.lda+aOff)
+	crow := unsafe.Add(op.dst, uintptr(i)*op.ldc)
+	b := unsafe.Add(op.b, uintptr(p)*op.panelBytes+bOff)
+	cs := p * panelWidth
+	lo, hi := max(c0-cs, 0), min(c1-cs, panelWidth)
+	if op.isa >= isaAVX512 {
+		mask := uint32((uint64(1)<<hi - 1) &^ (uint64(1)<<lo - 1))
+		op.k512[rows](a, op.lda, b, kArg, unsafe.Add(crow, cs*4), op.ldc, mask, acc)
+		return
+	}
+	for h := 0; h < 2; h++ {
+		hlo, hhi := max(lo-16*h, 0), min(hi-16*h, 16)
+		if hlo >= hhi {
+			continue
+		}
+		bh, ch := unsafe.Add(b, 64*h), unsafe.Add(crow, (cs+16*h)*4)
+		if hlo == 0 && hhi == 16 {
+			op.k256[rows](a, op.lda, bh, kArg, ch, op.ldc, acc)
+			continue
+		}
+		// A ragged column edge: compute the whole half panel aside, keep its valid part.
+		op.k256[rows](a, op.lda, bh, kArg, unsafe.Pointer(&scratch[0]), 64, 0)
+		for r := 0; r < rows; r++ {
+			d := unsafe.Slice((*float32)(unsafe.Add(ch, uintptr(r)*op.ldc)), 16)
+			for j := hlo; j < hhi; j++ {
+				if acc != 0 {
+					d[j] += scratch[r*16+j]
+				} else {
+					d[j] = scratch[r*16+j]
+				}
+			}
+		}
+	}
+}
+
+func gemmRowsImpl(dst []float32, ldDst int, x []float32, ldX int, m int, w *Weight, n0, n1 int, tileM int) {
+	isa := activeISA()
+	if isa == isaGeneric || (w.p32 == nil && w.p16 == nil) {
+		gemmRowsGeneric(dst, ldDst, x, ldX, m, w, n0, n1)
+		return
+	}
+	var op gemmOp
+	op.prepare(isa, dst, ldDst, x, ldX, m, w)
+	defer op.release()
+	mt := microTile(isa, tileM)
+	tile := m
+	if tileM > mt {
+		tile = tileM
+	}
+	for c0 := n0; c0 < n1; {
+		c1 := min(n1, c0/panelWidth*panelWidth+ncMax)
+		for t0 := 0; t0 < m; t0 += tile {
+			op.block(t0, min(t0+tile, m), c0, c1, mt)
+		}
+		c0 = c1
+	}
+}
+
+// linearImpl runs dst = x·Wᵀ on up to t goroutines (the caller plus t-1 started for the call).
+// The work is a grid of tasks — column blocks of whole panels × row blocks of whole micro-tiles
+// — taken from an atomic counter, so a thread slowed by other load on its core takes fewer.
+// Small m splits columns only (each thread streams its own part of W); big m splits rows too.
+func linearImpl(dst, x []float32, m int, w *Weight, t int) {
+	isa := activeISA()
+	if isa == isaGeneric || (w.p32 == nil && w.p16 == nil) {
+		linearGeneric(dst, x, m, w, t)
+		return
+	}
+	var op gemmOp
+	op.prepare(isa, dst, w.N, x, w.K, m, w)
+	defer op.release()
+	mt := microTile(isa, 0)
+	panels := numPanels(w.N)
+	mTiles := (m + mt - 1) / mt
+
+	nb := (panels*panelWidth + ncMax - 1) / ncMax
+	mb := 1
+	if t > 1 {
+		want := 4 * t // enough tasks to even out uneven cores
+		nb = max(nb, min(panels, want))
+		if nb < want {
+			mb = min(mTiles, (want+nb-1)/nb)
+		}
+		mb = max(mb, min(mTiles, (m+mcMax-1)/mcMax))
+	}
+	ppb := (panels + nb - 1) / nb // panels per column block
+	nb = (panels + ppb - 1) / ppb
+	tpb := (mTiles + mb - 1) / mb // micro-tiles per row block
+	mb = (mTiles + tpb - 1) / tpb
+	tasks := nb * mb
+
+	run := func(task int) {
+		ci, ri := task/mb, task%mb
+		c0, c1 := ci*ppb*panelWidth, min((ci+1)*ppb*panelWidth, w.N)
+		r0, r1 := ri*tpb*mt, min((ri+1)*tpb*mt, m)
+		op.block(r0, r1, c0, c1, mt)
+	}
+	workers := min(t, tasks)
+	if workers <= 1 {
+		for task := 0; task < tasks; task++ {
+			run(task)
+		}
+		return
+	}
+	var next atomic.Int64
+	work := func() {
+		for {
+			task := int(next.Add(1) - 1)
+			if task >= tasks {
+				return
+			}
+			run(task)
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(workers - 1)
+	for range workers - 1 {
+		go func() {
+			defer wg.Done()
+			work()
+		}()
+	}
+	work()
+	wg.Wait()
+}
+
+// peakRun runs n iterations of 12 independent register-resident chains — FMA, or VDPBF16PS
+// when dot — and returns the FLOPs of one iteration (0 when the ISA has none).
+func peakRun(isa isaLevel, dot bool, n int) (flopsPerIter float64) {
+	switch {
+	case dot && isa >= isaAVX512BF16:
+		peakDotAvx512(n)
+		return 12 * 16 * 4
+	case dot:
+		return 0
+	case isa >= isaAVX512:
+		peakF32Avx512(n)
+		return 12 * 16 * 2
+	case isa == isaAVX2:
+		peakF32Avx2(n)
+		return 12 * 8 * 2
+	}
+	return 0
+}

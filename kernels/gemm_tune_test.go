@@ -1,0 +1,156 @@
+//go:build linux && !purego
+
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// threadCPU is the CPU time of the calling OS thread: on a shared machine it counts only the
+// time this thread ran, so single-thread rates are comparable while other work competes.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
+	return time.Duration(ts.Nano())
+}
+
+// TestTuneReport prints one-thread rates measured on thread CPU time (KERNELS_TUNE=1 only):
+// peak FMA chains and the GEMM shapes of the issue, medians of repeated runs.
+func TestTuneReport(t *testing.T) {
+	if os.Getenv("KERNELS_TUNE") != "1" {
+		t.Skip("KERNELS_TUNE=1 to run")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	prev := Threads()
+	SetThreads(1)
+	defer SetThreads(prev)
+	med := func(f func() float64) float64 {
+		var v []float64
+		for range 9 {
+			v = append(v, f())
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	for _, dot := range []bool{false, true} {
+		g := med(func() float64 {
+			t0 := threadCPU()
+			f := peakRun(activeISA(), dot, 1<<18)
+			return f * (1 << 18) / (threadCPU() - t0).Seconds() / 1e9
+		})
+		fmt.Printf("peak dot=%v: %.1f GFLOP/s (thread CPU time)\n", dot, g)
+	}
+	shapes := [][3]int{{144, 1536, 2048}, {36, 1536, 2048}, {576, 768, 2048}, {1, 1536, 2048}}
+	for _, s := range shapes {
+		for _, md := range []struct {
+			dt  DType
+			dot bool
+		}{{F32, false}, {BF16, false}, {BF16, true}} {
+			bf16Dot.Store(md.dot)
+			rng := rand.New(rand.NewPCG(1, 2))
+			p := newProblem(t, rng, s[0], s[1], s[2], s[2], md.dt)
+			dst := make([]float32, s[0]*s[1])
+			linear(dst, p.x, s[0], p.w)
+			g := med(func() float64 {
+				t0 := threadCPU()
+				linear(dst, p.x, s[0], p.w)
+				return 2 * float64(s[0]*s[1]*s[2]) / (threadCPU() - t0).Seconds() / 1e9
+			})
+			fmt.Printf("%dx%dx%d %s dot=%v: %.1f GFLOP/s\n", s[0], s[1], s[2], md.dt, md.dot, g)
+		}
+	}
+	bf16Dot.Store(false)
+}
+
+// TestTuneAB compares blocking choices on one thread, interleaving the variants so that the
+// machine's other load hits them alike (KERNELS_TUNE=1 only).
+func TestTuneAB(t *testing.T) {
+	if os.Getenv("KERNELS_TUNE") != "1" {
+		t.Skip("KERNELS_TUNE=1 to run")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	prev := Threads()
+	SetThreads(1)
+	defer SetThreads(prev)
+	type variant struct {
+		name     string
+		kc, kc16 int
+		nc       int
+		outer    bool
+	}
+	var vs []variant
+	for _, outer := range []bool{false, true} {
+		for _, kc := range []int{128, 256, 384} {
+			vs = append(vs, variant{fmt.Sprintf("outer=%v kc=%d", outer, kc), kc, 2 * kc, 512, outer})
+		}
+	}
+	shape := [3]int{144, 1536, 2048}
+	if s := os.Getenv("KERNELS_TUNE_M"); s != "" {
+		fmt.Sscan(s, &shape[0])
+	}
+	for _, dt := range []DType{F32, BF16} {
+		rng := rand.New(rand.NewPCG(1, 2))
+		p := newProblem(t, rng, shape[0], shape[1], shape[2], shape[2], dt)
+		dst := make([]float32, shape[0]*shape[1])
+		res := make([][]float64, len(vs))
+		for range 11 {
+			for i, v := range vs {
+				kcF32, kcBF16, ncMax, panelOuter = v.kc, v.kc16, v.nc, v.outer
+				linear(dst, p.x, shape[0], p.w)
+				t0 := threadCPU()
+				linear(dst, p.x, shape[0], p.w)
+				res[i] = append(res[i], 2*float64(shape[0]*shape[1]*shape[2])/(threadCPU()-t0).Seconds()/1e9)
+			}
+		}
+		for i, v := range vs {
+			slices.Sort(res[i])
+			fmt.Printf("%v %s %s: median %.1f max %.1f GFLOP/s\n", shape, dt, v.name, res[i][len(res[i])/2], res[i][len(res[i])-1])
+		}
+	}
+	kcF32, kcBF16, ncMax, panelOuter = 256, 512, 512, false
+}
+
+// TestTuneMicro measures one micro-kernel on L1-resident operands (KERNELS_TUNE=1 only).
+func TestTuneMicro(t *testing.T) {
+	if os.Getenv("KERNELS_TUNE") != "1" {
+		t.Skip("KERNELS_TUNE=1 to run")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for _, kc := range []int{64, 128, 256} {
+		for _, mr := range []int{4, 8, 12} {
+			a := make([]float32, 12*kc)
+			b := make([]float32, kc*32)
+			c := make([]float32, 12*32)
+			b16 := make([]uint16, kc*32)
+			const reps = 4000
+			run := func(k kern512) float64 {
+				var v []float64
+				for range 7 {
+					t0 := threadCPU()
+					for range reps {
+						k(unsafe.Pointer(&a[0]), uintptr(kc*4), unsafe.Pointer(&b[0]), kc, unsafe.Pointer(&c[0]), 128, 0xffffffff, 1)
+					}
+					v = append(v, 2*float64(mr*32*kc*reps)/(threadCPU()-t0).Seconds()/1e9)
+				}
+				slices.Sort(v)
+				return v[3]
+			}
+			_ = b16
+			f := run(f32Avx512[mr])
+			w := run(w16Avx512[mr])
+			fmt.Printf("micro kc=%d mr=%d: f32 %.1f  w16 %.1f GFLOP/s\n", kc, mr, f, w)
+		}
+	}
+}

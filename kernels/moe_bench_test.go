@@ -1,0 +1,69 @@
+package kernels
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// Full-size layers are heavy (hundreds of GFLOP per pass on the 16-sequence distribution); the
+// default benchmark shrinks hidden and expert width by 8 and keeps the routing, so padding ratios
+// are the real ones. go test -bench MoE -moe.full runs the real shapes.
+var moeFull = flag.Bool("moe.full", false, "benchmark MoE on full-size layers (hidden 2048)")
+
+func BenchmarkMoE(b *testing.B) {
+	layers := []struct {
+		name           string
+		nE, k, h, in   int
+		quickH, quickI int
+	}{
+		{"qwen3-30b-a3b", 128, 8, 2048, 768, 256, 96},
+		{"qwen1.5-moe", 60, 4, 2048, 1408, 256, 176},
+	}
+	dists := []struct {
+		name string
+		seqs int
+		s    float64
+	}{
+		{"balanced-4x576", 4, 0}, {"zipf0.5-4x576", 4, 0.5}, {"zipf1.0-4x576", 4, 1},
+		{"balanced-1x576", 1, 0}, {"balanced-16x576", 16, 0},
+	}
+	for _, l := range layers {
+		h, in := l.quickH, l.quickI
+		if *moeFull {
+			h, in = l.h, l.in
+		}
+		rng := rand.New(rand.NewPCG(1, 1))
+		base := randExperts(b, rng, min(8, l.nE), h, in, BF16)
+		experts := make([]Expert, l.nE)
+		for e := range experts {
+			experts[e] = base[e%len(base)]
+		}
+		r := NewMoERunner(MoEPolicy{})
+		for _, d := range dists {
+			nTok := d.seqs * 576
+			rt, err := SyntheticRouting(nTok, l.nE, l.k, d.s, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rows := 0
+			for _, t := range rt.Tokens {
+				rows += len(t)
+			}
+			x := randVec(rng, nTok*h)
+			out := make([]float32, len(x))
+			for _, v := range MoEVariants() {
+				b.Run(fmt.Sprintf("%s/%s/%s", l.name, d.name, v), func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						if _, err := r.RunVariant(v, out, x, h, experts, rt); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(6*float64(rows)*float64(h)*float64(in)*float64(b.N)/b.Elapsed().Seconds()/1e9, "useful-GFLOP/s")
+				})
+			}
+		}
+	}
+}

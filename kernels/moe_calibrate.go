@@ -1,0 +1,112 @@
+package kernels
+
+import (
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// exactSamples are the row counts at which the exact variant's item cost is measured; the cost
+// model ItemSeconds + n·RowSeconds is fitted to them by least squares.
+var exactSamples = []int{4, 16, 64, exactChunkRows}
+
+// measureMoECosts measures a cost table for the layer shape sh on the calling goroutine.
+//
+// Each round times one work item of every kind (a whole tile of each block variant, and exact
+// items of each sample size), each on the next expert in turn so the weights come from memory
+// as in a real pass, not from a cache warmed by the previous repetition. Rounds repeat until the
+// budget is spent (at least one, at most 31); the median per kind is robust to the other work
+// that shares the machine.
+func measureMoECosts(experts []Expert, sh moeShape, budget time.Duration) MoECostTable {
+	var pool []*Expert
+	for e := range experts {
+		if checkExpert(&experts[e], sh) == nil {
+			pool = append(pool, &experts[e])
+		}
+	}
+	tile := max(128, exactChunkRows)
+	rng := rand.New(rand.NewPCG(1, 2))
+	xs := make([]float32, tile*sh.hidden)
+	for i := range xs {
+		xs[i] = float32(rng.NormFloat64())
+	}
+	gs := make([]float32, tile*sh.inter)
+	u := make([]float32, tile*sh.inter)
+	ys := make([]float32, tile*sh.hidden)
+
+	type kind struct {
+		m, blockM int
+	}
+	var kinds []kind
+	for v := MoEVariant(0); int(v) < numBlockVariants; v++ {
+		kinds = append(kinds, kind{v.BlockM(), v.BlockM()})
+	}
+	for _, m := range exactSamples {
+		kinds = append(kinds, kind{m, 0})
+	}
+	samples := make([][]float64, len(kinds))
+	next := 0
+	start := time.Now()
+	for round := 0; round < 31 && (round == 0 || time.Since(start) < budget); round++ {
+		for i, k := range kinds {
+			ex := pool[next%len(pool)]
+			next++
+			t0 := time.Now()
+			gateUpItem(ex, gs, xs, u, sh.hidden, sh.inter, k.m, 0, sh.inter, k.blockM)
+			downItem(ex, ys, gs, sh.hidden, sh.inter, k.m, 0, sh.hidden, k.blockM)
+			samples[i] = append(samples[i], time.Since(t0).Seconds())
+		}
+	}
+	var c MoECostTable
+	for v := range numBlockVariants {
+		c.TileSeconds[v] = median(samples[v])
+	}
+	ms := make([]float64, len(exactSamples))
+	ts := make([]float64, len(exactSamples))
+	for i, m := range exactSamples {
+		ms[i] = float64(m)
+		ts[i] = median(samples[numBlockVariants+i])
+	}
+	c.ItemSeconds, c.RowSeconds = fitAffine(ms, ts)
+	return c
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// fitAffine is the least-squares line t ≈ a + b·m, with a and b clamped at zero (a negative
+// intercept or slope would come only from noise and would make the model nonsensical).
+func fitAffine(m, t []float64) (a, b float64) {
+	n := float64(len(m))
+	var sm, st, smm, smt float64
+	for i := range m {
+		sm += m[i]
+		st += t[i]
+		smm += m[i] * m[i]
+		smt += m[i] * t[i]
+	}
+	den := n*smm - sm*sm
+	if den == 0 {
+		return st / n, 0
+	}
+	b = (n*smt - sm*st) / den
+	if b < 0 {
+		return st / n, 0
+	}
+	a = (st - b*sm) / n
+	if a < 0 {
+		// Refit through the origin.
+		return 0, smt / smm
+	}
+	return a, b
+}

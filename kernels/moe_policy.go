@@ -1,0 +1,190 @@
+package kernels
+
+import (
+	"fmt"
+	"strings"
+)
+
+// MoEVariant is one kernel variant of the grouped expert GEMM.
+//
+// The block variants lay each expert's rows out in a segment padded to a multiple of BlockM and
+// compute whole BlockM-row tiles, padding rows included, as GPU grouped-GEMM kernels do. The
+// exact variant packs the segments without padding and computes each expert's real rows in work
+// items of up to exactChunkRows rows; the GEMM kernel rounds only the last micro-tile up.
+type MoEVariant uint8
+
+const (
+	VariantBlock128 MoEVariant = iota
+	VariantBlock64
+	VariantBlock32
+	VariantBlock16
+	VariantExact
+	numMoEVariants
+)
+
+// numBlockVariants counts the block variants, which come first in the enumeration.
+const numBlockVariants = int(VariantExact)
+
+// MoEVariants lists every variant, block variants from the tallest tile down, exact last.
+func MoEVariants() []MoEVariant {
+	return []MoEVariant{VariantBlock128, VariantBlock64, VariantBlock32, VariantBlock16, VariantExact}
+}
+
+// BlockM is the tile height of a block variant, 0 for exact.
+func (v MoEVariant) BlockM() int {
+	switch v {
+	case VariantBlock128:
+		return 128
+	case VariantBlock64:
+		return 64
+	case VariantBlock32:
+		return 32
+	case VariantBlock16:
+		return 16
+	}
+	return 0
+}
+
+func (v MoEVariant) String() string {
+	if v == VariantExact {
+		return "exact"
+	}
+	if b := v.BlockM(); b > 0 {
+		return fmt.Sprintf("block%d", b)
+	}
+	return fmt.Sprintf("variant(%d)", uint8(v))
+}
+
+// ParseMoEVariant reads "128", "block128", …, "16", "block16" or "exact".
+func ParseMoEVariant(s string) (MoEVariant, error) {
+	t := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(s)), "block")
+	for _, v := range MoEVariants() {
+		if t == v.String() || (v.BlockM() > 0 && t == fmt.Sprint(v.BlockM())) {
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown MoE variant %q (want 128, 64, 32, 16 or exact)", s)
+}
+
+// MoEPolicyKind says how a policy picks the variant for one call.
+type MoEPolicyKind uint8
+
+const (
+	// PolicyThreshold is the reference behaviour: blockM 128, switching to 64 when the padding
+	// ratio at 128 exceeds ThresholdRatio.
+	PolicyThreshold MoEPolicyKind = iota
+	// PolicyAuto predicts each variant's time from a measured cost table and picks the least.
+	PolicyAuto
+	// PolicyFixed always runs MoEPolicy.Variant.
+	PolicyFixed
+)
+
+// ThresholdRatio is the padding ratio at blockM 128 above which PolicyThreshold drops to 64.
+const ThresholdRatio = 1.5
+
+// MoEPolicy selects the grouped-GEMM variant for each call. The zero value is PolicyThreshold.
+type MoEPolicy struct {
+	Kind MoEPolicyKind
+	// Variant is the variant of PolicyFixed; ignored otherwise.
+	Variant MoEVariant
+}
+
+func (p MoEPolicy) String() string {
+	switch p.Kind {
+	case PolicyThreshold:
+		return "threshold"
+	case PolicyAuto:
+		return "auto"
+	case PolicyFixed:
+		if b := p.Variant.BlockM(); b > 0 {
+			return fmt.Sprintf("fixed:%d", b)
+		}
+		return "fixed:" + p.Variant.String()
+	}
+	return fmt.Sprintf("policy(%d)", uint8(p.Kind))
+}
+
+// ParseMoEPolicy reads a policy as written in configuration: "threshold", "auto", or
+// "fixed:<variant>" with the variant one of 128, 64, 32, 16, exact (or block128 …).
+func ParseMoEPolicy(s string) (MoEPolicy, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	switch {
+	case t == "threshold":
+		return MoEPolicy{Kind: PolicyThreshold}, nil
+	case t == "auto":
+		return MoEPolicy{Kind: PolicyAuto}, nil
+	case strings.HasPrefix(t, "fixed:"):
+		v, err := ParseMoEVariant(strings.TrimPrefix(t, "fixed:"))
+		if err != nil {
+			return MoEPolicy{}, fmt.Errorf("moe policy %q: %w", s, err)
+		}
+		return MoEPolicy{Kind: PolicyFixed, Variant: v}, nil
+	}
+	return MoEPolicy{}, fmt.Errorf("unknown moe policy %q (want threshold, auto or fixed:<128|64|32|16|exact>)", s)
+}
+
+// PaddingRatio is Σ_e ceil(n_e/blockM)·blockM / Σ_e n_e: the rows a whole-tile kernel computes
+// per useful row. It is 1 when there are no rows or blockM ≤ 1.
+func PaddingRatio(counts []int, blockM int) float64 {
+	useful, padded := 0, 0
+	for _, n := range counts {
+		useful += n
+		padded += roundUp(n, max(blockM, 1))
+	}
+	if useful == 0 {
+		return 1
+	}
+	return float64(padded) / float64(useful)
+}
+
+func roundUp(n, m int) int { return (n + m - 1) / m * m }
+
+// chooseThreshold is the reference policy.
+func chooseThreshold(counts []int) MoEVariant {
+	if PaddingRatio(counts, 128) > ThresholdRatio {
+		return VariantBlock64
+	}
+	return VariantBlock128
+}
+
+// MoECostTable is the cost model of PolicyAuto, measured on this machine for one layer shape
+// (hidden, expert width, weight type) on one thread. Units are seconds.
+type MoECostTable struct {
+	// TileSeconds[v] is the time of one whole tile of block variant v: gate and up over BlockM
+	// rows, SiLU·mul, down.
+	TileSeconds [numBlockVariants]float64
+	// The exact variant's work item of n rows costs ItemSeconds + n·RowSeconds: ItemSeconds is
+	// mostly streaming the expert's weights, RowSeconds the arithmetic of one row.
+	ItemSeconds, RowSeconds float64
+}
+
+// Predict is the modelled time of running variant v over experts with counts routed rows each:
+// Σ tiles × cost per tile, or for exact Σ items × ItemSeconds + rows × RowSeconds.
+func (c *MoECostTable) Predict(v MoEVariant, counts []int) float64 {
+	if v == VariantExact {
+		var t float64
+		for _, n := range counts {
+			if n > 0 {
+				t += float64((n+exactChunkRows-1)/exactChunkRows)*c.ItemSeconds + float64(n)*c.RowSeconds
+			}
+		}
+		return t
+	}
+	b := v.BlockM()
+	tiles := 0
+	for _, n := range counts {
+		tiles += (n + b - 1) / b
+	}
+	return float64(tiles) * c.TileSeconds[v]
+}
+
+// Cheapest returns the variant with the least predicted time (the earlier one on a tie).
+func (c *MoECostTable) Cheapest(counts []int) MoEVariant {
+	best, bestT := VariantExact, c.Predict(VariantExact, counts)
+	for v := MoEVariant(0); int(v) < numBlockVariants; v++ {
+		if t := c.Predict(v, counts); t < bestT {
+			best, bestT = v, t
+		}
+	}
+	return best
+}

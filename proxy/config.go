@@ -1,0 +1,300 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/relevance-scoring/relevance/internal/costmodel"
+	"github.com/relevance-scoring/relevance/proxy/route/leastloaded"
+	"github.com/relevance-scoring/relevance/proxy/route/random"
+	"github.com/relevance-scoring/relevance/proxy/route/roundrobin"
+	"github.com/relevance-scoring/relevance/proxy/split/cost"
+	"github.com/relevance-scoring/relevance/proxy/split/fixed"
+)
+
+// Config is the proxy core's configuration (the HTTP/gRPC fronts have their own). Durations in
+// YAML are Go duration strings ("500ms"). Start from DefaultConfig, unmarshal over it, then
+// Validate.
+type Config struct {
+	Nodes     NodesConfig     `yaml:"nodes" json:"nodes"`
+	Split     SplitConfig     `yaml:"split" json:"split"`
+	Route     RouteConfig     `yaml:"route" json:"route"`
+	Breaker   BreakerConfig   `yaml:"breaker" json:"breaker"`
+	Retry     RetryConfig     `yaml:"retry" json:"retry"`
+	Hedge     HedgeConfig     `yaml:"hedge" json:"hedge"`
+	Admission AdmissionConfig `yaml:"admission" json:"admission"`
+	Cost      CostConfig      `yaml:"cost" json:"cost"`
+	Limits    LimitsConfig    `yaml:"limits" json:"limits"`
+	// SLO is the budget of a request that carries no deadline (and no timeout_ms); it bounds
+	// every node call. Must be > 0. Default 500ms.
+	SLO time.Duration `yaml:"slo" json:"slo"`
+	// OnPartialFailure is "fail" (default: a failed batch fails the request with its reason) or
+	// "partial" (return the scores obtained, failed items marked ITEM_STATUS_FAILED). A request's
+	// options.allow_partial forces "partial".
+	OnPartialFailure string `yaml:"on_partial_failure" json:"on_partial_failure"`
+}
+
+// NodesConfig says where the scorer nodes are: a static list, a DNS name, or both.
+type NodesConfig struct {
+	// Static lists node addresses (host:port).
+	Static []string `yaml:"static" json:"static"`
+	// DNS is a name:port whose A/AAAA records are the nodes (a Kubernetes headless service);
+	// empty: no DNS membership.
+	DNS string `yaml:"dns" json:"dns"`
+	// DNSInterval is how often DNS is re-resolved. Default 10s.
+	DNSInterval time.Duration `yaml:"dns_interval" json:"dns_interval"`
+}
+
+// SplitConfig chooses how a request is cut into batches.
+type SplitConfig struct {
+	// Strategy is "cost" (default) or "fixed".
+	Strategy string `yaml:"strategy" json:"strategy"`
+	// MaxBatchItems caps the items of one batch (and is the chunk size of "fixed"). Default 32.
+	MaxBatchItems int `yaml:"max_batch_items" json:"max_batch_items"`
+	// TargetBatchSeconds is the smallest estimated batch cost worth its own batch (each batch
+	// pays the prefix and overhead again); 0: no floor. Default 0.005.
+	TargetBatchSeconds float64 `yaml:"target_batch_seconds" json:"target_batch_seconds"`
+}
+
+// RouteConfig chooses how a batch picks its node.
+type RouteConfig struct {
+	// Strategy is "least_loaded" (default), "round_robin" or "random".
+	Strategy string `yaml:"strategy" json:"strategy"`
+	// FullScanMax: least_loaded scans all candidates up to this many, then uses the power of two
+	// choices. Default 8.
+	FullScanMax int `yaml:"full_scan_max" json:"full_scan_max"`
+}
+
+// BreakerConfig configures the per-node circuit breakers (sony/gobreaker).
+type BreakerConfig struct {
+	// ConsecutiveFailures trips the breaker. Default 5.
+	ConsecutiveFailures uint32 `yaml:"consecutive_failures" json:"consecutive_failures"`
+	// OpenTimeout is how long a breaker stays open before half-opening. Default 5s.
+	OpenTimeout time.Duration `yaml:"open_timeout" json:"open_timeout"`
+	// HalfOpenProbes is how many calls a half-open breaker lets through. Default 1.
+	HalfOpenProbes uint32 `yaml:"half_open_probes" json:"half_open_probes"`
+}
+
+// RetryConfig bounds retries of failed batches (once, on another node).
+type RetryConfig struct {
+	// Disabled turns retries off.
+	Disabled bool `yaml:"disabled" json:"disabled"`
+	// BudgetRatio is the share of batches that may be retried or hedged over time (a token
+	// bucket filled by BudgetRatio per batch). Default 0.1.
+	BudgetRatio float64 `yaml:"budget_ratio" json:"budget_ratio"`
+	// BudgetBurst is the bucket size (retries available at once). Default 10.
+	BudgetBurst float64 `yaml:"budget_burst" json:"budget_burst"`
+}
+
+// HedgeConfig configures hedged batches.
+type HedgeConfig struct {
+	// Enabled turns hedging on (default off).
+	Enabled bool `yaml:"enabled" json:"enabled"`
+	// Quantile of recent (batch latency ÷ predicted cost) ratios after which a batch is
+	// duplicated. Default 0.95.
+	Quantile float64 `yaml:"quantile" json:"quantile"`
+	// MinDelay is the shortest hedge delay. Default 2ms.
+	MinDelay time.Duration `yaml:"min_delay" json:"min_delay"`
+	// MinSamples is how many batches must be observed before hedging starts. Default 20.
+	MinSamples int `yaml:"min_samples" json:"min_samples"`
+}
+
+// AdmissionConfig configures load shedding at the door.
+type AdmissionConfig struct {
+	// Disabled turns admission control off.
+	Disabled bool `yaml:"disabled" json:"disabled"`
+	// Headroom multiplies the deadline: reject when projected completion > Headroom·budget.
+	// Default 1.0.
+	Headroom float64 `yaml:"headroom" json:"headroom"`
+	// MinSamples: a node's prediction is trusted for admission only after it has learned from this
+	// many batches (priors may be far off). Default 10.
+	MinSamples int `yaml:"min_samples" json:"min_samples"`
+}
+
+// CostConfig configures the cost model.
+type CostConfig struct {
+	// TokenCounter is "estimate" (default: tokenizer.EstimateTokens, no BPE) or "exact" (the
+	// shipped Qwen3 tokenizer).
+	TokenCounter string `yaml:"token_counter" json:"token_counter"`
+	// Prior is the starting coefficients of every node, refined online from replies.
+	Prior costmodel.Coeffs `yaml:"prior" json:"prior"`
+	// Forgetting is the learner's per-sample forgetting factor in (0, 1]. Default 0.99.
+	Forgetting float64 `yaml:"forgetting" json:"forgetting"`
+}
+
+// LimitsConfig bounds requests.
+type LimitsConfig struct {
+	// MaxItems per request. Default 1000.
+	MaxItems int `yaml:"max_items" json:"max_items"`
+	// MaxItemBytes per item text. Default 32768.
+	MaxItemBytes int `yaml:"max_item_bytes" json:"max_item_bytes"`
+	// MaxQueryBytes for the query and for the instruction. Default 8192.
+	MaxQueryBytes int `yaml:"max_query_bytes" json:"max_query_bytes"`
+}
+
+// Partial-failure modes.
+const (
+	PartialFail    = "fail"
+	PartialPartial = "partial"
+)
+
+// Token counters.
+const (
+	TokensEstimate = "estimate"
+	TokensExact    = "exact"
+)
+
+// DefaultConfig is the configuration with every default filled in and no nodes.
+func DefaultConfig() Config {
+	return Config{
+		Nodes:     NodesConfig{DNSInterval: 10 * time.Second},
+		Split:     SplitConfig{Strategy: cost.Type, MaxBatchItems: 32, TargetBatchSeconds: 0.005},
+		Route:     RouteConfig{Strategy: leastloaded.Type, FullScanMax: leastloaded.DefaultFullScanMax},
+		Breaker:   BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: 5 * time.Second, HalfOpenProbes: 1},
+		Retry:     RetryConfig{BudgetRatio: 0.1, BudgetBurst: 10},
+		Hedge:     HedgeConfig{Quantile: 0.95, MinDelay: 2 * time.Millisecond, MinSamples: 20},
+		Admission: AdmissionConfig{Headroom: 1, MinSamples: 10},
+		Cost: CostConfig{
+			TokenCounter: TokensEstimate,
+			// Order of magnitude of a small reranker on a few CPU cores; learned away quickly.
+			Prior:      costmodel.Coeffs{A: 2e-5, B: 2e-9, C: 1e-3},
+			Forgetting: 0.99,
+		},
+		Limits:           LimitsConfig{MaxItems: 1000, MaxItemBytes: 32 << 10, MaxQueryBytes: 8 << 10},
+		SLO:              500 * time.Millisecond,
+		OnPartialFailure: PartialFail,
+	}
+}
+
+// LoadConfig reads a YAML file over DefaultConfig and validates it.
+func LoadConfig(path string) (Config, error) {
+	cfg := DefaultConfig()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("load proxy config: %w", err)
+	}
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		return cfg, fmt.Errorf("load proxy config %s: %w", path, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("load proxy config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Validate checks every field; errors name the field and the bad value.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, want string, got any) {
+		errs = append(errs, fmt.Errorf("proxy.%s: %s, got %v", field, want, got))
+	}
+	if len(c.Nodes.Static) == 0 && c.Nodes.DNS == "" {
+		errs = append(errs, errors.New("proxy.nodes: need nodes.static or nodes.dns"))
+	}
+	for i, a := range c.Nodes.Static {
+		if err := checkHostPort(a); err != nil {
+			bad(fmt.Sprintf("nodes.static[%d]", i), "must be host:port ("+err.Error()+")", strconv.Quote(a))
+		}
+	}
+	if c.Nodes.DNS != "" {
+		if err := checkHostPort(c.Nodes.DNS); err != nil {
+			bad("nodes.dns", "must be name:port ("+err.Error()+")", strconv.Quote(c.Nodes.DNS))
+		}
+		if c.Nodes.DNSInterval <= 0 {
+			bad("nodes.dns_interval", "must be > 0", c.Nodes.DNSInterval)
+		}
+	}
+	if _, ok := splitters[c.Split.Strategy]; !ok {
+		bad("split.strategy", "must be "+fixed.Type+" or "+cost.Type, strconv.Quote(c.Split.Strategy))
+	}
+	if c.Split.MaxBatchItems <= 0 {
+		bad("split.max_batch_items", "must be > 0", c.Split.MaxBatchItems)
+	}
+	if !(c.Split.TargetBatchSeconds >= 0) {
+		bad("split.target_batch_seconds", "must be ≥ 0", c.Split.TargetBatchSeconds)
+	}
+	if _, ok := pickers[c.Route.Strategy]; !ok {
+		bad("route.strategy", "must be "+random.Type+", "+roundrobin.Type+" or "+leastloaded.Type, strconv.Quote(c.Route.Strategy))
+	}
+	if c.Route.FullScanMax <= 0 {
+		bad("route.full_scan_max", "must be > 0", c.Route.FullScanMax)
+	}
+	if c.Breaker.ConsecutiveFailures == 0 {
+		bad("breaker.consecutive_failures", "must be > 0", c.Breaker.ConsecutiveFailures)
+	}
+	if c.Breaker.OpenTimeout <= 0 {
+		bad("breaker.open_timeout", "must be > 0", c.Breaker.OpenTimeout)
+	}
+	if c.Breaker.HalfOpenProbes == 0 {
+		bad("breaker.half_open_probes", "must be > 0", c.Breaker.HalfOpenProbes)
+	}
+	if !(c.Retry.BudgetRatio >= 0 && c.Retry.BudgetRatio <= 1) {
+		bad("retry.budget_ratio", "must be in [0, 1]", c.Retry.BudgetRatio)
+	}
+	if !(c.Retry.BudgetBurst >= 0) {
+		bad("retry.budget_burst", "must be ≥ 0", c.Retry.BudgetBurst)
+	}
+	if !(c.Hedge.Quantile > 0 && c.Hedge.Quantile < 1) {
+		bad("hedge.quantile", "must be in (0, 1)", c.Hedge.Quantile)
+	}
+	if c.Hedge.MinDelay < 0 {
+		bad("hedge.min_delay", "must be ≥ 0", c.Hedge.MinDelay)
+	}
+	if c.Hedge.MinSamples < 0 {
+		bad("hedge.min_samples", "must be ≥ 0", c.Hedge.MinSamples)
+	}
+	if !(c.Admission.Headroom > 0) {
+		bad("admission.headroom", "must be > 0", c.Admission.Headroom)
+	}
+	if c.Admission.MinSamples < 0 {
+		bad("admission.min_samples", "must be ≥ 0", c.Admission.MinSamples)
+	}
+	if c.Cost.TokenCounter != TokensEstimate && c.Cost.TokenCounter != TokensExact {
+		bad("cost.token_counter", "must be "+TokensExact+" or "+TokensEstimate, strconv.Quote(c.Cost.TokenCounter))
+	}
+	if err := c.Cost.Prior.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("proxy.cost.prior: %w", err))
+	} else if c.Cost.Prior.A <= 0 || c.Cost.Prior.B <= 0 || c.Cost.Prior.C <= 0 {
+		// The learner scales each prior coefficient; a zero one could never be learned.
+		bad("cost.prior", "every coefficient must be > 0", c.Cost.Prior)
+	}
+	if !(c.Cost.Forgetting > 0 && c.Cost.Forgetting <= 1) {
+		bad("cost.forgetting", "must be in (0, 1]", c.Cost.Forgetting)
+	}
+	if c.Limits.MaxItems <= 0 {
+		bad("limits.max_items", "must be > 0", c.Limits.MaxItems)
+	}
+	if c.Limits.MaxItemBytes <= 0 {
+		bad("limits.max_item_bytes", "must be > 0", c.Limits.MaxItemBytes)
+	}
+	if c.Limits.MaxQueryBytes <= 0 {
+		bad("limits.max_query_bytes", "must be > 0", c.Limits.MaxQueryBytes)
+	}
+	if c.SLO <= 0 {
+		bad("slo", "must be > 0", c.SLO)
+	}
+	if c.OnPartialFailure != PartialFail && c.OnPartialFailure != PartialPartial {
+		bad("on_partial_failure", "must be "+PartialFail+" or "+PartialPartial, strconv.Quote(c.OnPartialFailure))
+	}
+	return errors.Join(errs...)
+}
+
+func checkHostPort(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return errors.New("empty host")
+	}
+	if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
+		return errors.New("bad port")
+	}
+	return nil
+}

@@ -1,0 +1,216 @@
+// Package grpcapi is the proxy's gRPC front: relevance.v1.Ranker/Score delegating to the core,
+// grpc.health.v1 (SERVING while the core is Ready, for the empty service name and for
+// relevance.v1.Ranker), server reflection, a recovery interceptor (a panic becomes INTERNAL and is
+// logged) and request metrics.
+//
+// A Server is safe for concurrent use; Serve once, then Shutdown.
+package grpcapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/proxy/front"
+)
+
+// Config is the gRPC front's section of the proxy configuration (`grpc:` in configs/proxy.yaml).
+type Config struct {
+	// Addr is the listen address, host:port. Port 0 picks a free port.
+	Addr string `yaml:"addr"`
+	// MaxRecvBytes is the largest request message accepted (RESOURCE_EXHAUSTED beyond). Must be > 0.
+	MaxRecvBytes int `yaml:"max_recv_bytes"`
+	// MaxSendBytes is the largest reply message sent. Must be > 0.
+	MaxSendBytes int `yaml:"max_send_bytes"`
+	// HealthPoll is how often the core's readiness is copied into grpc.health.v1. Must be > 0.
+	HealthPoll time.Duration `yaml:"health_poll"`
+}
+
+// DefaultConfig returns the defaults: 127.0.0.1:9090, 16 MiB in and out, readiness polled every
+// 500 ms.
+func DefaultConfig() Config {
+	return Config{Addr: "127.0.0.1:9090", MaxRecvBytes: 16 << 20, MaxSendBytes: 16 << 20, HealthPoll: 500 * time.Millisecond}
+}
+
+// Validate reports the first bad field, named as in the YAML file under "grpc.".
+func (c Config) Validate() error {
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("grpc.addr: must be host:port, got %q", c.Addr)
+	}
+	if c.MaxRecvBytes <= 0 {
+		return fmt.Errorf("grpc.max_recv_bytes: must be > 0, got %d", c.MaxRecvBytes)
+	}
+	if c.MaxSendBytes <= 0 {
+		return fmt.Errorf("grpc.max_send_bytes: must be > 0, got %d", c.MaxSendBytes)
+	}
+	if c.HealthPoll <= 0 {
+		return fmt.Errorf("grpc.health_poll: must be > 0, got %s", c.HealthPoll)
+	}
+	return nil
+}
+
+// Options are the gRPC front's collaborators.
+type Options struct {
+	// Core scores requests. Required.
+	Core front.Core
+	// Metrics records requests. Required (see front.NewMetrics).
+	Metrics *front.Metrics
+	// Logger gets panics; nil discards.
+	Logger *slog.Logger
+}
+
+// Server is the gRPC front.
+type Server struct {
+	cfg    Config
+	core   front.Core
+	log    *slog.Logger
+	gs     *grpc.Server
+	health *health.Server
+
+	stopPoll chan struct{}
+	pollDone chan struct{}
+	stopOnce sync.Once
+}
+
+// rankerService is the name grpc.health.v1 reports besides the empty (whole server) name.
+var rankerService = relevancev1.Ranker_ServiceDesc.ServiceName
+
+// New builds the gRPC front and starts copying the core's readiness into the health service.
+// It does not listen; call Serve.
+func New(cfg Config, opts Options) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Core == nil {
+		return nil, errors.New("grpcapi: nil Core")
+	}
+	if opts.Metrics == nil {
+		return nil, errors.New("grpcapi: nil Metrics")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, core: opts.Core, log: log, health: health.NewServer(),
+		stopPoll: make(chan struct{}), pollDone: make(chan struct{})}
+	s.gs = grpc.NewServer(
+		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
+		grpc.MaxSendMsgSize(cfg.MaxSendBytes),
+		// Metrics outermost so that a recovered panic is counted as the INTERNAL it became.
+		grpc.ChainUnaryInterceptor(metricsInterceptor(opts.Metrics), recoveryInterceptor(log)),
+	)
+	relevancev1.RegisterRankerServer(s.gs, &ranker{core: opts.Core})
+	healthpb.RegisterHealthServer(s.gs, s.health)
+	reflection.Register(s.gs)
+	s.setHealth(opts.Core.Ready())
+	go s.pollReadiness()
+	return s, nil
+}
+
+// Serve answers RPCs on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	if err := s.gs.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("grpc serve: %w", err)
+	}
+	return nil
+}
+
+// SetDraining reports NOT_SERVING from now on, so that clients and load balancers move away
+// while in-flight RPCs finish.
+func (s *Server) SetDraining() {
+	s.stopOnce.Do(func() { close(s.stopPoll) })
+	<-s.pollDone
+	s.health.Shutdown() // NOT_SERVING for every service, and ignores later updates
+}
+
+// Shutdown drains: NOT_SERVING, no new RPCs, in-flight RPCs finish until ctx is done, after
+// which the rest are cancelled and ctx's error is returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.SetDraining()
+	done := make(chan struct{})
+	go func() {
+		s.gs.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.gs.Stop()
+		<-done
+		return fmt.Errorf("grpc shutdown: %w", ctx.Err())
+	}
+}
+
+func (s *Server) pollReadiness() {
+	defer close(s.pollDone)
+	t := time.NewTicker(s.cfg.HealthPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopPoll:
+			return
+		case <-t.C:
+			s.setHealth(s.core.Ready())
+		}
+	}
+}
+
+func (s *Server) setHealth(ready bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ready {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(rankerService, st)
+}
+
+type ranker struct {
+	relevancev1.UnimplementedRankerServer
+	core front.Core
+}
+
+func (r *ranker) Score(ctx context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
+	resp, err := r.core.Score(ctx, req)
+	if err != nil {
+		return nil, front.ToStatusError(err)
+	}
+	if resp == nil {
+		return nil, status.Error(codes.Internal, "core returned no response")
+	}
+	return resp, nil
+}
+
+func recoveryInterceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error("panic in gRPC handler", "method", info.FullMethod, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				resp, err = nil, status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+func metricsInterceptor(m *front.Metrics) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		m.ObserveGRPC(info.FullMethod, status.Code(err), time.Since(start))
+		return resp, err
+	}
+}

@@ -1,0 +1,170 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/relevance-scoring/relevance/internal/fakenode"
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/proxy"
+)
+
+// TestEndToEndWithRealCore runs the fronts over the real proxy core and three fake scorer nodes:
+// the Cohere client's request and Ranker.Score must come back with the nodes' scores, ranked.
+func TestEndToEndWithRealCore(t *testing.T) {
+	nodes, err := fakenode.StartCluster(3, fakenode.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		start := time.Now()
+		nodes.Close()
+		t.Logf("nodes closed in %s", time.Since(start))
+	}()
+	cfg := testRunConfig()
+	cfg.Proxy.Nodes.Static = nodes.Addrs()
+	cfg.Proxy.Split.MaxBatchItems = 4 // several batches over several nodes
+	ctx, cancel := context.WithCancel(context.Background())
+	reg := prometheus.NewRegistry()
+	var core *proxy.Proxy
+	type addrs struct{ http, grpc string }
+	listening := make(chan addrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, cfg, Options{
+			NewCore: func(c proxy.Config, reg prometheus.Registerer, log *slog.Logger) (Core, error) {
+				p, err := proxy.New(c, reg, log)
+				core = p
+				return testAdapter{p}, err
+			},
+			Registry:  reg,
+			Logger:    slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			Listening: func(h, g net.Addr) { listening <- addrs{h.String(), g.String()} },
+		})
+	}()
+	var a addrs
+	select {
+	case a = <-listening:
+	case err := <-done:
+		cancel()
+		t.Fatalf("Run: %v", err)
+	}
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer wcancel()
+	if err := core.WaitReady(wctx); err != nil {
+		t.Fatalf("nodes never became ready: %v", err)
+	}
+
+	query := "What is the capital of the United States?"
+	docs := []string{"Carson City is the capital city of Nevada.", "Washington, D.C. is the capital of the United States.",
+		"Paris is the capital of France.", "Capital punishment in the United States.", "The capital of Peru is Lima.",
+		"Ottawa is the capital of Canada.", "Canberra is the capital of Australia.", "Tokyo is the capital of Japan.",
+		"Madrid is the capital of Spain.", "Rome is the capital of Italy."}
+	body, _ := json.Marshal(map[string]any{"model": "rerank-v3.5", "query": query, "documents": docs, "top_n": 3, "max_tokens_per_doc": 512})
+	client := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
+	defer client.CloseIdleConnections()
+	req, _ := http.NewRequest("POST", "http://"+a.http+"/v2/rerank", strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer co-test-key")
+	req.Header.Set("X-Fern-SDK-Name", "cohere")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("/v2/rerank = %d %s", resp.StatusCode, b)
+	}
+	var got struct {
+		ID      string `json:"id"`
+		Results []struct {
+			Index          int     `json:"index"`
+			RelevanceScore float64 `json:"relevance_score"`
+		} `json:"results"`
+		Meta map[string]any `json:"meta"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		Index int
+		Score float64
+	}
+	var want []res
+	for i, d := range docs {
+		want = append(want, res{i, float64(fakenode.Score(query, d))})
+	}
+	sort.SliceStable(want, func(i, j int) bool { return want[i].Score > want[j].Score })
+	want = want[:3]
+	var gotRes []res
+	for _, r := range got.Results {
+		gotRes = append(gotRes, res{r.Index, r.RelevanceScore})
+	}
+	if d := cmp.Diff(want, gotRes, cmpopts.EquateApprox(0, 1e-6)); d != "" {
+		t.Errorf("results (-want +got):\n%s", d)
+	}
+	if got.ID == "" {
+		t.Error("empty id")
+	}
+
+	conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sreq := &relevancev1.ScoreRequest{Query: query}
+	for _, d := range docs {
+		sreq.Items = append(sreq.Items, &relevancev1.Item{Text: d})
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer scancel()
+	sresp, err := relevancev1.NewRankerClient(conn).Score(sctx, sreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range sresp.GetScores() {
+		if s.GetIndex() != uint32(i) || s.GetScore() != fakenode.Score(query, docs[i]) {
+			t.Errorf("scores[%d] = index %d score %v, want %d %v", i, s.GetIndex(), s.GetScore(), i, fakenode.Score(query, docs[i]))
+		}
+	}
+	if n := nodes[0].Calls() + nodes[1].Calls() + nodes[2].Calls(); n < 4 {
+		t.Errorf("nodes got %d batches for 2 requests of 10 items in batches of <= 4", n)
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+type testAdapter struct{ *proxy.Proxy }
+
+func (a testAdapter) NodesJSON() any { return a.Nodes() }
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(b []byte) (int, error) { w.t.Log(strings.TrimSpace(string(b))); return len(b), nil }

@@ -1,0 +1,61 @@
+package proxy
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/relevance-scoring/relevance/internal/costmodel"
+)
+
+func TestLearnerConverges(t *testing.T) {
+	truth := costmodel.Coeffs{A: 6e-5, B: 1e-9, C: 4e-3}
+	prior := costmodel.Coeffs{A: 2e-5, B: 2e-9, C: 1e-3}
+	tests := []struct {
+		name     string
+		noise    float64 // σ of multiplicative log-normal noise
+		outliers float64 // share of samples ×10 slower (GC pause, noisy neighbour)
+		tol      float64 // relative error allowed on a reference batch
+	}{
+		{"exact", 0, 0, 0.02},
+		{"noisy", 0.1, 0, 0.08},
+		{"outliers", 0.05, 0.05, 0.12},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(7, 8))
+			l := newLearner(prior, 0.99)
+			for range 400 {
+				p := 20 + r.IntN(200)
+				items := make([]int, 1+r.IntN(40))
+				for i := range items {
+					items[i] = 30 + r.IntN(800)
+				}
+				f := costmodel.BatchFeatures(p, items, r.IntN(3) == 0)
+				y := truth.Seconds(f) * math.Exp(tt.noise*r.NormFloat64())
+				if r.Float64() < tt.outliers {
+					y *= 10
+				}
+				l.observe(f, y)
+			}
+			for _, f := range []costmodel.Features{refFeatures, costmodel.BatchFeatures(100, []int{500, 500, 500, 500}, false), costmodel.BatchFeatures(30, []int{40}, false)} {
+				got, want := l.coeffs().Seconds(f), truth.Seconds(f)
+				if math.Abs(got/want-1) > tt.tol {
+					t.Errorf("prediction %.4gs, truth %.4gs (coeffs %+v)", got, want, l.coeffs())
+				}
+			}
+		})
+	}
+}
+
+func TestLearnerIgnoresGarbage(t *testing.T) {
+	prior := costmodel.Coeffs{A: 2e-5, B: 2e-9, C: 1e-3}
+	l := newLearner(prior, 0.99)
+	for _, y := range []float64{math.NaN(), math.Inf(1), -1} {
+		l.observe(refFeatures, y)
+	}
+	l.observe(costmodel.Features{}, 1)
+	if l.coeffs() != prior || l.n != 0 {
+		t.Errorf("garbage moved the estimate: %+v after %d samples", l.coeffs(), l.n)
+	}
+}

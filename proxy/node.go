@@ -1,0 +1,184 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/relevance-scoring/relevance/internal/costmodel"
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+)
+
+// node is the proxy's state for one scorer node. Hot fields are atomics; the learner has its own
+// mutex and publishes its estimate through an atomic pointer, so routing never blocks.
+type node struct {
+	addr    string
+	conn    *grpc.ClientConn
+	client  relevancev1.ScorerClient
+	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
+
+	healthy     atomic.Bool
+	inflight    atomicFloat  // estimated seconds of this proxy's batches on the node
+	calls       atomic.Int64 // this proxy's calls in flight (for draining on removal)
+	ext         atomic.Pointer[extLoad]
+	coeffs      atomic.Pointer[costmodel.Coeffs]
+	samples     atomic.Int64
+	batches     atomic.Int64
+	errors      atomic.Int64
+	lastFailure atomic.Int64 // unix nanoseconds of the last counted failure
+	removed     atomic.Bool
+	connClosed  atomic.Bool
+
+	learnMu sync.Mutex
+	learn   *learner
+
+	stop     context.CancelFunc
+	watchers sync.WaitGroup
+}
+
+// extLoad is the node's backlog that is not this proxy's, as of a reply; it drains in real time.
+type extLoad struct {
+	seconds float64
+	at      time.Time
+}
+
+// errExcluded wraps errors that must not count for or against a breaker.
+var errExcluded = errors.New("excluded from breaker counts")
+
+func newNode(addr string, cfg Config, onState func(addr string, to gobreaker.State)) (*node, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	n := &node{addr: addr, conn: conn, client: relevancev1.NewScorerClient(conn), learn: newLearner(cfg.Cost.Prior, cfg.Cost.Forgetting)}
+	c := n.learn.coeffs()
+	n.coeffs.Store(&c)
+	n.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        addr,
+		MaxRequests: cfg.Breaker.HalfOpenProbes,
+		Timeout:     cfg.Breaker.OpenTimeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= cfg.Breaker.ConsecutiveFailures },
+		IsExcluded:  func(err error) bool { return errors.Is(err, errExcluded) },
+		OnStateChange: func(_ string, _, to gobreaker.State) {
+			if onState != nil {
+				onState(addr, to)
+			}
+		},
+	})
+	return n, nil
+}
+
+// load is the node's outstanding estimated work in seconds: this proxy's in-flight batches plus
+// the rest of the backlog the node last reported, minus what it has drained since.
+func (n *node) load(now time.Time) float64 {
+	l := n.inflight.Load()
+	if e := n.ext.Load(); e != nil {
+		l += math.Max(0, e.seconds-now.Sub(e.at).Seconds())
+	}
+	return l
+}
+
+// scale is the node's time for one second of reference work under ref.
+func (n *node) scale(ref costmodel.Coeffs) float64 {
+	r := ref.Seconds(refFeatures)
+	if !(r > 0) {
+		return 1
+	}
+	return n.coeffs.Load().Seconds(refFeatures) / r
+}
+
+// observe learns from a successful reply.
+func (n *node) observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
+	if l := resp.GetLoad(); l != nil {
+		ext := l.GetQueuedCostSeconds() + l.GetRunningCostSeconds() - n.inflight.Load()
+		n.ext.Store(&extLoad{seconds: math.Max(0, ext), at: now})
+	}
+	st := resp.GetStats()
+	if st == nil || !(st.GetComputeSeconds() > 0) {
+		return
+	}
+	f := costmodel.Features{Batches: 1}
+	if !st.GetPrefixCached() {
+		f = f.Add(costmodel.PrefixFeatures(int(st.GetPrefixTokens())))
+	}
+	for _, s := range resp.GetScores() {
+		f = f.Add(costmodel.ItemFeatures(int(st.GetPrefixTokens()), int(s.GetTokens())))
+	}
+	n.learnMu.Lock()
+	n.learn.observe(f, st.GetComputeSeconds())
+	c := n.learn.coeffs()
+	n.learnMu.Unlock()
+	n.coeffs.Store(&c)
+	n.samples.Add(1)
+}
+
+// watchHealth follows grpc.health.v1 Watch for the whole server ("") until ctx ends,
+// re-establishing the stream with backoff. A node without the health service counts as healthy.
+func (n *node) watchHealth(ctx context.Context, changed func()) {
+	hc := healthpb.NewHealthClient(n.conn)
+	backoff := 50 * time.Millisecond
+	set := func(v bool) {
+		if n.healthy.Swap(v) != v {
+			changed()
+		}
+	}
+	for ctx.Err() == nil {
+		stream, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil {
+			for {
+				resp, rerr := stream.Recv()
+				if rerr != nil {
+					err = rerr
+					break
+				}
+				backoff = 50 * time.Millisecond
+				set(resp.GetStatus() == healthpb.HealthCheckResponse_SERVING)
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if status.Code(err) == codes.Unimplemented {
+			set(true)
+			<-ctx.Done()
+			return
+		}
+		set(false)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// atomicFloat is a float64 updated with compare-and-swap.
+type atomicFloat struct{ bits atomic.Uint64 }
+
+func (f *atomicFloat) Load() float64 { return math.Float64frombits(f.bits.Load()) }
+
+func (f *atomicFloat) Add(d float64) {
+	for {
+		old := f.bits.Load()
+		v := math.Float64frombits(old) + d
+		if math.Abs(v) < 1e-12 {
+			v = 0 // keep release-after-charge exactly zero despite rounding
+		}
+		if f.bits.CompareAndSwap(old, math.Float64bits(v)) {
+			return
+		}
+	}
+}

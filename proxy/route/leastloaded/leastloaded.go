@@ -1,0 +1,74 @@
+// Package leastloaded picks the candidate with the least outstanding estimated work (seconds),
+// as Candidates.Load reports it. Up to FullScanMax candidates it scans them all and breaks ties
+// uniformly at random (reservoir sampling over the tied minimum); above that it uses the power of
+// two choices (Mitzenmacher): two distinct random candidates, the less loaded wins (a random one
+// on a tie), which keeps O(1) picks and avoids every proxy herding onto the same node.
+//
+// The proxy charges a batch's estimated cost to the node right after the pick and releases it on
+// reply, so concurrent picks see each other. Safe for concurrent use.
+package leastloaded
+
+import "github.com/relevance-scoring/relevance/proxy/route"
+
+// Type is the strategy's name in configuration.
+const Type = "least_loaded"
+
+// DefaultFullScanMax is the largest candidate count scanned in full.
+const DefaultFullScanMax = 8
+
+// Picker picks the least loaded.
+type Picker struct {
+	rnd         route.Rand
+	fullScanMax int
+}
+
+var _ route.Picker = (*Picker)(nil)
+
+// New returns a least-loaded picker: full scan up to fullScanMax candidates (≤ 0:
+// DefaultFullScanMax), power of two choices above; rnd nil means route.DefaultRand.
+func New(fullScanMax int, rnd route.Rand) *Picker {
+	if fullScanMax <= 0 {
+		fullScanMax = DefaultFullScanMax
+	}
+	if rnd == nil {
+		rnd = route.DefaultRand
+	}
+	return &Picker{rnd: rnd, fullScanMax: fullScanMax}
+}
+
+// Pick implements route.Picker.
+func (p *Picker) Pick(c route.Candidates) int {
+	n := c.Len()
+	switch {
+	case n == 0:
+		return -1
+	case n == 1:
+		return 0
+	case n > p.fullScanMax:
+		i := p.rnd(n)
+		j := p.rnd(n - 1)
+		if j >= i {
+			j++
+		}
+		li, lj := c.Load(i), c.Load(j)
+		if lj < li || (lj == li && p.rnd(2) == 0) {
+			return j
+		}
+		return i
+	}
+	best, ties := 0, 1
+	bestLoad := c.Load(0)
+	for i := 1; i < n; i++ {
+		l := c.Load(i)
+		switch {
+		case l < bestLoad:
+			best, bestLoad, ties = i, l, 1
+		case l == bestLoad:
+			ties++
+			if p.rnd(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return best
+}

@@ -1,0 +1,206 @@
+package split_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/relevance-scoring/relevance/internal/costmodel"
+	"github.com/relevance-scoring/relevance/proxy/split"
+	"github.com/relevance-scoring/relevance/proxy/split/cost"
+	"github.com/relevance-scoring/relevance/proxy/split/fixed"
+)
+
+var coeffs = costmodel.Coeffs{A: 2e-5, B: 2e-9, C: 1e-3}
+
+// heavyTailed draws item lengths from a Pareto-like mix: most items short, a few very long.
+func heavyTailed(r *rand.Rand, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		l := 60 / math.Pow(1-r.Float64(), 1/1.3) // Pareto, α = 1.3, min 60 tokens
+		out[i] = int(math.Min(l, 4000))
+	}
+	return out
+}
+
+func checkCover(t *testing.T, name string, n, maxItems int, bs []split.Batch) {
+	t.Helper()
+	seen := make([]int, n)
+	for bi, b := range bs {
+		if len(b.Items) == 0 {
+			t.Fatalf("%s: batch %d is empty", name, bi)
+		}
+		if maxItems > 0 && len(b.Items) > maxItems {
+			t.Fatalf("%s: batch %d has %d items > max %d", name, bi, len(b.Items), maxItems)
+		}
+		for j, i := range b.Items {
+			if i < 0 || i >= n {
+				t.Fatalf("%s: batch %d holds index %d out of [0,%d)", name, bi, i, n)
+			}
+			if j > 0 && b.Items[j-1] >= i {
+				t.Fatalf("%s: batch %d items not ascending: %v", name, bi, b.Items)
+			}
+			seen[i]++
+		}
+	}
+	for i, c := range seen {
+		if c != 1 {
+			t.Fatalf("%s: item %d lands in %d batches, want exactly 1", name, i, c)
+		}
+	}
+}
+
+func TestProperties(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	splitters := map[string]split.Splitter{fixed.Type: fixed.New(), cost.Type: cost.New()}
+	for trial := range 300 {
+		n := 1 + r.IntN(1200)
+		nodes := make([]split.Node, 1+r.IntN(20))
+		for j := range nodes {
+			nodes[j] = split.Node{Backlog: r.Float64() * 0.2 * float64(r.IntN(2)), Scale: 0.5 + r.Float64()}
+		}
+		in := split.Input{
+			PrefixTokens:       r.IntN(200),
+			ItemTokens:         heavyTailed(r, n),
+			Coeffs:             coeffs,
+			Nodes:              nodes,
+			MaxBatchItems:      r.IntN(64),
+			TargetBatchSeconds: r.Float64() * 0.05,
+		}
+		for name, s := range splitters {
+			bs := s.Split(in)
+			checkCover(t, name, n, in.MaxBatchItems, bs)
+			var sum float64
+			for _, b := range bs {
+				sum += b.Cost
+			}
+			want := float64(len(bs)) * split.BatchOverhead(coeffs, in.PrefixTokens)
+			for _, l := range in.ItemTokens {
+				want += split.ItemCost(coeffs, in.PrefixTokens, l)
+			}
+			if math.Abs(sum-want) > 1e-9*want {
+				t.Fatalf("trial %d %s: batch costs sum to %v, want %v", trial, name, sum, want)
+			}
+		}
+	}
+}
+
+func TestEmpty(t *testing.T) {
+	for _, s := range []split.Splitter{fixed.New(), cost.New()} {
+		if bs := s.Split(split.Input{Coeffs: coeffs}); len(bs) != 0 {
+			t.Errorf("%T: %d batches for no items", s, len(bs))
+		}
+	}
+}
+
+func TestFixedChunks(t *testing.T) {
+	bs := fixed.New().Split(split.Input{ItemTokens: make([]int, 7), MaxBatchItems: 3, Coeffs: coeffs})
+	var got [][]int
+	for _, b := range bs {
+		got = append(got, b.Items)
+	}
+	if d := cmp.Diff([][]int{{0, 1, 2}, {3, 4, 5}, {6}}, got); d != "" {
+		t.Errorf("chunks (-want +got):\n%s", d)
+	}
+}
+
+func TestCostBalancesHeavyTail(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var fixedSum, costSum float64
+	const trials = 50
+	for range trials {
+		in := split.Input{
+			PrefixTokens:  40,
+			ItemTokens:    heavyTailed(r, 500),
+			Coeffs:        coeffs,
+			Nodes:         make([]split.Node, 16),
+			MaxBatchItems: 32,
+		}
+		fixedSum += split.Imbalance(fixed.New().Split(in))
+		costSum += split.Imbalance(cost.New().Split(in))
+	}
+	fixedMean, costMean := fixedSum/trials, costSum/trials
+	t.Logf("mean imbalance (max/mean): fixed %.3f, cost %.3f", fixedMean, costMean)
+	if costMean > 1.1 || costMean >= fixedMean {
+		t.Errorf("cost imbalance %.3f, want ≤ 1.1 and below fixed's %.3f", costMean, fixedMean)
+	}
+}
+
+func TestCostBatchCount(t *testing.T) {
+	items := make([]int, 200)
+	for i := range items {
+		items[i] = 300
+	}
+	tests := []struct {
+		name   string
+		nodes  []split.Node
+		target float64
+		max    int
+		want   int
+	}{
+		{"one per idle node", make([]split.Node, 4), 0, 0, 4},
+		{"target floor merges", make([]split.Node, 8), 1e9, 0, 1},
+		{"item cap forces more", make([]split.Node, 2), 0, 10, 20},
+		{"busy node skipped", []split.Node{{}, {}, {Backlog: 100}}, 0, 0, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bs := cost.New().Split(split.Input{PrefixTokens: 40, ItemTokens: items, Coeffs: coeffs, Nodes: tt.nodes, TargetBatchSeconds: tt.target, MaxBatchItems: tt.max})
+			if len(bs) != tt.want {
+				t.Errorf("%d batches, want %d", len(bs), tt.want)
+			}
+		})
+	}
+}
+
+func TestCostBacklogAware(t *testing.T) {
+	items := make([]int, 100)
+	for i := range items {
+		items[i] = 200
+	}
+	in := split.Input{PrefixTokens: 40, ItemTokens: items, Coeffs: coeffs, Nodes: []split.Node{{Backlog: 0}, {Backlog: 0.2}}}
+	var total float64
+	for _, l := range items {
+		total += split.ItemCost(coeffs, 40, l)
+	}
+	bs := cost.New().Split(in)
+	if len(bs) != 2 {
+		t.Fatalf("%d batches, want 2 (total %.3fs vs backlog 0.2s)", len(bs), total)
+	}
+	// Batches come in start order; the one planned behind the backlog must be the smaller.
+	if !(bs[0].Start == 0 && bs[1].Start == 0.2 && bs[1].Cost < bs[0].Cost) {
+		t.Errorf("batches %+v: want the later-starting one cheaper", []float64{bs[0].Start, bs[0].Cost, bs[1].Start, bs[1].Cost})
+	}
+	if imb := math.Abs(bs[0].Start + bs[0].Cost - bs[1].Start - bs[1].Cost); imb > 0.02 {
+		t.Errorf("planned completions differ by %.3fs", imb)
+	}
+}
+
+func TestImbalance(t *testing.T) {
+	tests := []struct {
+		name string
+		bs   []split.Batch
+		want float64
+	}{
+		{"none", nil, 1},
+		{"equal", []split.Batch{{Cost: 1}, {Cost: 1}}, 1},
+		{"double", []split.Batch{{Cost: 1}, {Cost: 3}}, 1.5},
+		{"with start", []split.Batch{{Cost: 1, Start: 1}, {Cost: 2}}, 1},
+	}
+	for _, tt := range tests {
+		if got := split.Imbalance(tt.bs); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func BenchmarkCostSplit1000(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	in := split.Input{PrefixTokens: 40, ItemTokens: heavyTailed(r, 1000), Coeffs: coeffs, Nodes: make([]split.Node, 16), MaxBatchItems: 64}
+	b.ReportAllocs()
+	for b.Loop() {
+		cost.New().Split(in)
+	}
+}

@@ -1,0 +1,298 @@
+// Package emulated is a scorer.Engine that needs no model: Forward takes the time a calibrated
+// cost profile (package costmodel, the same formula the proxy learns) predicts for the pass,
+// times a seeded log-normal noise, and returns deterministic pseudo-scores. It lets one small
+// machine stand in for clusters of 16–64 nodes. Everything it reports is labelled emulated
+// (Info().Emulated, Architecture "emulated").
+//
+// Token counts are exact when Options.Tokenize is the real prompt builder (scorer/prompt over
+// the shipped tokenizer); without one, a built-in approximation stands in (about one token per
+// four bytes of text), which keeps the emulation usable before the tokenizer exists but makes
+// its counts approximate.
+//
+// Prefix reuse follows the real engine: each distinct prefix is computed once per pass, and
+// with PrefixCacheBytes > 0 finished prefixes go into a prefixcache.Cache with the real cache's
+// rules (visible to other passes only after the pass that computed them succeeds), so the
+// emulated time drops when a query repeats.
+//
+// An Engine is safe for concurrent use: Tokenize and EstimateSeconds from many goroutines,
+// Forward from one at a time (more are allowed; they just sleep in parallel).
+package emulated
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relevance-scoring/relevance/internal/costmodel"
+	"github.com/relevance-scoring/relevance/scorer"
+	"github.com/relevance-scoring/relevance/scorer/prefixcache"
+)
+
+// Architecture is what Info reports for an emulated engine.
+const Architecture = "emulated"
+
+// TokenizeFunc builds one batch's group (the signature of scorer.Engine.Tokenize; the real one
+// is prompt.New(tok, maxTokens).Build).
+type TokenizeFunc func(instruction, query string, docs []string, opt scorer.TokenizeOptions) (*scorer.Group, error)
+
+// Options configure an emulated engine.
+type Options struct {
+	// Profile gives the cost coefficients and the noise σ; required.
+	Profile *costmodel.Profile
+	// Tokenize builds groups; nil uses the built-in approximation (see the package doc).
+	Tokenize TokenizeFunc
+	// Model is the name reported in Info; "" means "emulated".
+	Model string
+	// MaxTokens is the longest prompt (prefix + item) accepted by the approximate tokenizer and
+	// reported in Info; 0 means Profile.MaxTokens, or 2048 when that is 0 too.
+	MaxTokens int
+	// Seed seeds the timing noise; runs with the same seed and the same passes sleep the same.
+	Seed uint64
+	// Sleep waits d or until ctx is done (returning ctx's error); nil uses a timer. Tests inject
+	// a fake clock here.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// PrefixCacheBytes is the cross-request prefix cache budget in bytes; 0 disables it.
+	PrefixCacheBytes int64
+	// KVBytesPerToken is what one cached prefix token is charged against the budget; 0 means
+	// 16384 (8 layers × K and V × 256 values × 4 bytes: the small preset's order of size).
+	KVBytesPerToken int64
+	// Registerer receives the prefix cache's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+}
+
+// Engine is the emulated scorer.Engine.
+type Engine struct {
+	prof      costmodel.Profile
+	tokenize  TokenizeFunc
+	info      scorer.Info
+	sleep     func(ctx context.Context, d time.Duration) error
+	cache     *prefixcache.Cache // nil when disabled
+	kvPerTok  int64
+	modelName string
+
+	mu  sync.Mutex // guards rng
+	rng *rand.Rand
+}
+
+var _ scorer.Engine = (*Engine)(nil)
+
+// New checks the options and returns an engine.
+func New(opt Options) (*Engine, error) {
+	if opt.Profile == nil {
+		return nil, errors.New("emulated engine: a cost profile is required")
+	}
+	if err := opt.Profile.Validate(); err != nil {
+		return nil, fmt.Errorf("emulated engine: %w", err)
+	}
+	if opt.MaxTokens < 0 {
+		return nil, fmt.Errorf("emulated engine: max_tokens must be ≥ 0, got %d", opt.MaxTokens)
+	}
+	if opt.PrefixCacheBytes < 0 {
+		return nil, fmt.Errorf("emulated engine: prefix_cache_bytes must be ≥ 0, got %d", opt.PrefixCacheBytes)
+	}
+	e := &Engine{
+		prof:     *opt.Profile,
+		tokenize: opt.Tokenize,
+		sleep:    opt.Sleep,
+		kvPerTok: opt.KVBytesPerToken,
+		rng:      rand.New(rand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15)),
+	}
+	maxTok := opt.MaxTokens
+	if maxTok == 0 {
+		maxTok = opt.Profile.MaxTokens
+	}
+	if maxTok == 0 {
+		maxTok = 2048
+	}
+	if e.kvPerTok <= 0 {
+		e.kvPerTok = 16384
+	}
+	if e.sleep == nil {
+		e.sleep = sleepTimer
+	}
+	if e.tokenize == nil {
+		e.tokenize = approxTokenizer{maxTokens: maxTok}.build
+	}
+	e.modelName = opt.Model
+	if e.modelName == "" {
+		e.modelName = "emulated"
+	}
+	if opt.PrefixCacheBytes > 0 {
+		c, err := prefixcache.New(prefixcache.Options{BudgetBytes: opt.PrefixCacheBytes, Registerer: opt.Registerer})
+		if err != nil {
+			return nil, fmt.Errorf("emulated engine: %w", err)
+		}
+		e.cache = c
+	}
+	e.info = scorer.Info{
+		Model:        e.modelName,
+		Architecture: Architecture,
+		DType:        "none",
+		Kernels:      "none",
+		MaxTokens:    maxTok,
+		Emulated:     true,
+	}
+	return e, nil
+}
+
+func sleepTimer(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Info implements scorer.Engine.
+func (e *Engine) Info() scorer.Info { return e.info }
+
+// PrefixCacheStats reports the cross-request cache's counters; ok is false when it is disabled.
+func (e *Engine) PrefixCacheStats() (s prefixcache.Stats, ok bool) {
+	if e.cache == nil {
+		return prefixcache.Stats{}, false
+	}
+	return e.cache.Stats(), true
+}
+
+// Tokenize implements scorer.Engine.
+func (e *Engine) Tokenize(instruction, query string, docs []string, opt scorer.TokenizeOptions) (*scorer.Group, error) {
+	return e.tokenize(instruction, query, docs, opt)
+}
+
+func itemLens(g *scorer.Group) []int {
+	lens := make([]int, 0, len(g.Items))
+	for i, it := range g.Items {
+		if i < len(g.TooLong) && g.TooLong[i] {
+			continue
+		}
+		lens = append(lens, len(it))
+	}
+	return lens
+}
+
+// EstimateSeconds implements scorer.Engine: the profile's prediction without noise, counting a
+// prefix as reused when it is published in the cache or repeats within groups.
+func (e *Engine) EstimateSeconds(groups []*scorer.Group) float64 {
+	var f costmodel.Features
+	seen := make(map[prefixcache.Key]bool, len(groups))
+	for _, g := range groups {
+		k := prefixcache.KeyOf(e.modelName, g.Prefix)
+		reused := seen[k] || (e.cache != nil && e.cache.Contains(k))
+		seen[k] = true
+		f = f.Add(costmodel.BatchFeatures(len(g.Prefix), itemLens(g), reused))
+	}
+	return e.prof.Seconds(f)
+}
+
+// noise draws the multiplicative log-normal factor exp(σ·Z); its median is 1.
+func (e *Engine) noise() float64 {
+	if e.prof.NoiseSigma == 0 {
+		return 1
+	}
+	e.mu.Lock()
+	z := e.rng.NormFloat64()
+	e.mu.Unlock()
+	return math.Exp(e.prof.NoiseSigma * z)
+}
+
+// Forward implements scorer.Engine: it sleeps for the pass's predicted time and fills
+// deterministic pseudo-logits. On ctx's end it returns ctx's error, and prefixes this pass
+// computed are not published.
+func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.ForwardStats, error) {
+	var st scorer.ForwardStats
+	if err := ctx.Err(); err != nil {
+		return st, err
+	}
+	var ep *prefixcache.Epoch
+	if e.cache != nil {
+		ep = e.cache.Begin()
+	}
+	seen := make(map[prefixcache.Key]bool, len(groups))
+	cached := make([]bool, len(groups))
+	var f costmodel.Features
+	for gi, g := range groups {
+		k := prefixcache.KeyOf(e.modelName, g.Prefix)
+		reused := seen[k]
+		seen[k] = true
+		if ep != nil {
+			l, err := ep.Acquire(k)
+			if err != nil {
+				ep.Abort()
+				return st, fmt.Errorf("emulated forward: %w", err)
+			}
+			cached[gi] = l.Hit
+			reused = reused || l.Hit || l.Local
+			if l.Res != nil {
+				l.Res.Fill(struct{}{}, int64(len(g.Prefix))*e.kvPerTok)
+			}
+		}
+		lens := itemLens(g)
+		if reused {
+			st.PrefixReused += len(g.Prefix)
+		} else {
+			st.PrefixTokens += len(g.Prefix)
+		}
+		for _, l := range lens {
+			st.ItemTokens += l
+		}
+		f = f.Add(costmodel.BatchFeatures(len(g.Prefix), lens, reused))
+	}
+	secs := e.prof.Seconds(f) * e.noise()
+	d := time.Duration(secs * float64(time.Second))
+	if err := e.sleep(ctx, d); err != nil {
+		if ep != nil {
+			ep.Abort()
+		}
+		return scorer.ForwardStats{}, err
+	}
+	if ep != nil {
+		ep.Commit()
+	}
+	for gi, g := range groups {
+		g.PrefixCached = cached[gi]
+		g.Logits = make([]float32, len(g.Items))
+		for i, it := range g.Items {
+			if i < len(g.TooLong) && g.TooLong[i] {
+				continue
+			}
+			g.Logits[i] = PseudoLogit(g.Prefix, it)
+		}
+	}
+	st.Duration = d
+	return st, nil
+}
+
+// PseudoLogit is the emulated logit of one prompt: a hash of its tokens mapped to a bell-shaped
+// value in (−12, 12) with standard deviation ≈ 3.5, like a reranker's spread of yes−no logits.
+// The same (query, document) always gets the same logit.
+func PseudoLogit(prefix, item []int32) float32 {
+	h := fnv.New64a()
+	var b [4]byte
+	for _, seq := range [][]int32{prefix, {-1}, item} {
+		for _, t := range seq {
+			binary.LittleEndian.PutUint32(b[:], uint32(t))
+			h.Write(b[:])
+		}
+	}
+	x := h.Sum64()
+	// Sum of four 16-bit uniforms: mean 2, σ ≈ 0.577, support [0, 4).
+	s := 0.0
+	for i := 0; i < 4; i++ {
+		s += float64(uint16(x>>(16*i))) / 65536
+	}
+	return float32((s - 2) * 6)
+}

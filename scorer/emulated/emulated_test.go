@@ -1,0 +1,287 @@
+package emulated
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/relevance-scoring/relevance/internal/costmodel"
+	"github.com/relevance-scoring/relevance/scorer"
+)
+
+// fakeSleep records requested durations and returns at once (or ctx's error when done, or err).
+type fakeSleep struct {
+	slept []time.Duration
+	err   error
+}
+
+func (f *fakeSleep) sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if f.err != nil {
+		return f.err
+	}
+	f.slept = append(f.slept, d)
+	return nil
+}
+
+var testProfile = costmodel.Profile{Coeffs: costmodel.Coeffs{A: 1e-4, B: 1e-7, C: 2e-3}}
+
+func newEngine(t testing.TB, mod func(*Options)) (*Engine, *fakeSleep) {
+	t.Helper()
+	fs := &fakeSleep{}
+	p := testProfile
+	opt := Options{Profile: &p, Sleep: fs.sleep, Seed: 1}
+	if mod != nil {
+		mod(&opt)
+	}
+	e, err := New(opt)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return e, fs
+}
+
+func tokenize(t testing.TB, e *Engine, query string, docs ...string) *scorer.Group {
+	t.Helper()
+	g, err := e.Tokenize("", query, docs, scorer.TokenizeOptions{})
+	if err != nil {
+		t.Fatalf("Tokenize: %v", err)
+	}
+	return g
+}
+
+func predicted(g []*scorer.Group, cached []bool) float64 {
+	var f costmodel.Features
+	for i, gr := range g {
+		f = f.Add(costmodel.BatchFeatures(len(gr.Prefix), itemLens(gr), cached[i]))
+	}
+	return testProfile.Seconds(f)
+}
+
+func TestNewValidates(t *testing.T) {
+	bad := costmodel.Profile{Coeffs: costmodel.Coeffs{A: -1}}
+	tests := []struct {
+		name string
+		opt  Options
+		want string
+	}{
+		{"no profile", Options{}, "cost profile is required"},
+		{"bad profile", Options{Profile: &bad}, "cost coefficient a"},
+		{"negative cache", Options{Profile: &testProfile, PrefixCacheBytes: -1}, "prefix_cache_bytes"},
+		{"negative max tokens", Options{Profile: &testProfile, MaxTokens: -2}, "max_tokens"},
+	}
+	for _, tt := range tests {
+		if _, err := New(tt.opt); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err = %v, want it to contain %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestForwardSleepsForPredictedTime(t *testing.T) {
+	e, fs := newEngine(t, nil)
+	g1 := tokenize(t, e, "red shoes", "Red running shoes, size 42, breathable mesh.", "A blue kettle, 1.7 l.")
+	g2 := tokenize(t, e, "kettle", "Stainless kettle with a whistle.")
+	groups := []*scorer.Group{g1, g2}
+	est := e.EstimateSeconds(groups)
+	st, err := e.Forward(context.Background(), groups)
+	if err != nil {
+		t.Fatalf("Forward: %v", err)
+	}
+	want := predicted(groups, []bool{false, false})
+	if math.Abs(est-want) > 1e-12 {
+		t.Errorf("EstimateSeconds = %v, want %v", est, want)
+	}
+	if len(fs.slept) != 1 || math.Abs(fs.slept[0].Seconds()-want) > 1e-6 {
+		t.Errorf("slept %v, want one sleep of %vs", fs.slept, want)
+	}
+	if st.Duration != fs.slept[0] {
+		t.Errorf("stats duration %v, want %v", st.Duration, fs.slept[0])
+	}
+	wantStats := scorer.ForwardStats{
+		Duration:     st.Duration,
+		PrefixTokens: len(g1.Prefix) + len(g2.Prefix),
+		ItemTokens:   g1.ItemTokens() + g2.ItemTokens(),
+	}
+	if diff := cmp.Diff(wantStats, st); diff != "" {
+		t.Errorf("stats (-want +got):\n%s", diff)
+	}
+	if e.Info().Architecture != "emulated" || !e.Info().Emulated {
+		t.Errorf("Info = %+v, want emulated", e.Info())
+	}
+}
+
+func TestLogitsDeterministic(t *testing.T) {
+	e, _ := newEngine(t, nil)
+	docs := []string{"Red running shoes", "A blue kettle", "Red running shoes"}
+	run := func() []float32 {
+		g := tokenize(t, e, "red shoes", docs...)
+		if _, err := e.Forward(context.Background(), []*scorer.Group{g}); err != nil {
+			t.Fatal(err)
+		}
+		return g.Logits
+	}
+	a, b := run(), run()
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Errorf("logits differ between runs (-first +second):\n%s", diff)
+	}
+	if a[0] != a[2] {
+		t.Errorf("same document got %v and %v", a[0], a[2])
+	}
+	if a[0] == a[1] {
+		t.Errorf("different documents got the same logit %v", a[0])
+	}
+	// Spread: many documents cover both signs with |logit| < 12.
+	pos, neg := 0, 0
+	for i := 0; i < 200; i++ {
+		l := PseudoLogit([]int32{1, 2}, []int32{int32(i)})
+		if math.Abs(float64(l)) >= 12 {
+			t.Fatalf("logit %v out of range", l)
+		}
+		if l > 0 {
+			pos++
+		} else {
+			neg++
+		}
+	}
+	if pos < 50 || neg < 50 {
+		t.Errorf("logits not spread: %d positive, %d negative", pos, neg)
+	}
+}
+
+func TestPrefixReuse(t *testing.T) {
+	e, fs := newEngine(t, func(o *Options) { o.PrefixCacheBytes = 1 << 30 })
+	docs := []string{"Red running shoes, size 42", "Leather boots"}
+
+	// Same query twice in one pass: the prefix is computed once.
+	a, b := tokenize(t, e, "red shoes", docs...), tokenize(t, e, "red shoes", docs...)
+	st, err := e.Forward(context.Background(), []*scorer.Group{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.PrefixTokens != len(a.Prefix) || st.PrefixReused != len(a.Prefix) {
+		t.Errorf("one pass: prefix computed %d reused %d, want %d and %d", st.PrefixTokens, st.PrefixReused, len(a.Prefix), len(a.Prefix))
+	}
+	if want := predicted([]*scorer.Group{a, b}, []bool{false, true}); math.Abs(fs.slept[0].Seconds()-want) > 1e-6 {
+		t.Errorf("slept %v, want %vs", fs.slept[0], want)
+	}
+	if a.PrefixCached || b.PrefixCached {
+		t.Error("PrefixCached set within the first pass")
+	}
+
+	// Next pass: published, so a cache hit.
+	c := tokenize(t, e, "red shoes", docs...)
+	if got, want := e.EstimateSeconds([]*scorer.Group{c}), predicted([]*scorer.Group{c}, []bool{true}); math.Abs(got-want) > 1e-12 {
+		t.Errorf("estimate after publish = %v, want %v", got, want)
+	}
+	st, err = e.Forward(context.Background(), []*scorer.Group{c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.PrefixCached || st.PrefixReused != len(c.Prefix) || st.PrefixTokens != 0 {
+		t.Errorf("second pass: cached=%v stats=%+v, want a cache hit", c.PrefixCached, st)
+	}
+	if s, ok := e.PrefixCacheStats(); !ok || s.Hits != 1 || s.Entries != 1 {
+		t.Errorf("cache stats = %+v %v, want 1 hit, 1 entry", s, ok)
+	}
+}
+
+func TestCancelledPassPublishesNothing(t *testing.T) {
+	e, fs := newEngine(t, func(o *Options) { o.PrefixCacheBytes = 1 << 30 })
+	fs.err = context.Canceled
+	g := tokenize(t, e, "red shoes", "Red running shoes")
+	if _, err := e.Forward(context.Background(), []*scorer.Group{g}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Forward err = %v, want context.Canceled", err)
+	}
+	fs.err = nil
+	g2 := tokenize(t, e, "red shoes", "Red running shoes")
+	if _, err := e.Forward(context.Background(), []*scorer.Group{g2}); err != nil {
+		t.Fatal(err)
+	}
+	if g2.PrefixCached {
+		t.Error("prefix of a cancelled pass was served from the cache")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := e.Forward(ctx, []*scorer.Group{g2}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Forward with done ctx err = %v", err)
+	}
+}
+
+func TestNoiseSeeded(t *testing.T) {
+	draws := func(seed uint64) []time.Duration {
+		e, fs := newEngine(t, func(o *Options) {
+			p := testProfile
+			p.NoiseSigma = 0.3
+			o.Profile, o.Seed = &p, seed
+		})
+		for i := 0; i < 5; i++ {
+			g := tokenize(t, e, "q", "document text")
+			if _, err := e.Forward(context.Background(), []*scorer.Group{g}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return fs.slept
+	}
+	a, b, c := draws(7), draws(7), draws(8)
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Errorf("same seed, different sleeps:\n%s", diff)
+	}
+	if cmp.Equal(a, c) {
+		t.Error("different seeds gave the same sleeps")
+	}
+	distinct := map[time.Duration]bool{}
+	for _, d := range a {
+		distinct[d] = true
+	}
+	if len(distinct) < 2 {
+		t.Errorf("noise had no effect: %v", a)
+	}
+}
+
+func TestApproxTokenizer(t *testing.T) {
+	e, _ := newEngine(t, func(o *Options) { o.MaxTokens = 160 })
+	long := strings.Repeat("word ", 200)
+	tests := []struct {
+		name      string
+		opt       scorer.TokenizeOptions
+		doc       string
+		truncated bool
+		tooLong   bool
+	}{
+		{"short", scorer.TokenizeOptions{}, "Red shoes", false, false},
+		{"cut", scorer.TokenizeOptions{}, long, true, false},
+		{"refused", scorer.TokenizeOptions{NoTruncate: true}, long, false, true},
+		{"doc cap", scorer.TokenizeOptions{MaxDocTokens: 3}, "Red running shoes with laces", true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g, err := e.Tokenize("", "shoes", []string{tt.doc}, tt.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := g.Truncated[0] > 0; got != tt.truncated {
+				t.Errorf("truncated = %d, want >0: %v", g.Truncated[0], tt.truncated)
+			}
+			if g.TooLong[0] != tt.tooLong {
+				t.Errorf("TooLong = %v, want %v", g.TooLong[0], tt.tooLong)
+			}
+			if !tt.tooLong && len(g.Prefix)+len(g.Items[0]) > 160 {
+				t.Errorf("prompt %d tokens over the limit", len(g.Prefix)+len(g.Items[0]))
+			}
+		})
+	}
+	if _, err := e.Tokenize("", strings.Repeat("long query ", 100), []string{"x"}, scorer.TokenizeOptions{}); err == nil || !strings.Contains(err.Error(), "query too long") {
+		t.Errorf("long query err = %v", err)
+	}
+	// Roughly a token per four bytes of words.
+	if n := len(approxTokens(strings.Repeat("abcdefgh ", 100))); n < 150 || n > 250 {
+		t.Errorf("approxTokens gave %d tokens for 900 bytes", n)
+	}
+}

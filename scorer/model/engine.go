@@ -1,0 +1,295 @@
+// Package model is the real scorer engine: it loads a Hugging Face checkpoint folder
+// (config.json, safetensors weights, tokenizer.json) of a Qwen3, Qwen3-MoE or Qwen2-MoE model
+// and scores Qwen3-Reranker prompts with it: score = sigmoid(logit("yes") − logit("no")) at the
+// last position of each prompt.
+//
+// The architecture code is in scorer/model/qwen, the checkpoint reader in
+// scorer/model/safetensors, the prompt in scorer/prompt. An Engine implements scorer.Engine:
+// Tokenize is safe for concurrent use; Forward must be called from one goroutine at a time (it
+// uses every core through the kernels, and it owns the prefix KV cache).
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/relevance-scoring/relevance/internal/costmodel"
+	"github.com/relevance-scoring/relevance/kernels"
+	"github.com/relevance-scoring/relevance/scorer"
+	"github.com/relevance-scoring/relevance/scorer/model/qwen"
+	"github.com/relevance-scoring/relevance/scorer/model/safetensors"
+	"github.com/relevance-scoring/relevance/scorer/prompt"
+	"github.com/relevance-scoring/relevance/tokenizer"
+)
+
+// Options controls how Load builds an Engine.
+type Options struct {
+	// MaxTokens is the longest prompt (prefix + item) accepted, in tokens; 0 means the config's
+	// max_position_embeddings capped at DefaultMaxTokens.
+	MaxTokens int
+	// Threads is the number of goroutines the kernels split one call across; 0 keeps the
+	// kernels' default (GOMAXPROCS). The kernels' thread count is process-wide.
+	Threads int
+	// MoEPolicy names the MoE kernel policy ("threshold", "auto", "fixed:<blockM>"); "" is the
+	// kernels' default. Reported in Info; passed to the kernels once they take a policy.
+	MoEPolicy string
+	// Name is the model name reported in Info; "" uses the folder's base name.
+	Name string
+	// PrefixCacheBytes is the memory budget of the cross-request prefix KV cache, in bytes;
+	// 0 disables the cache.
+	PrefixCacheBytes int64
+	// Cost overrides the EstimateSeconds coefficients; zero means the built-in estimate from
+	// the model's shape (see EstimateSeconds).
+	Cost costmodel.Coeffs
+}
+
+// DefaultMaxTokens caps the prompt length when Options.MaxTokens is 0.
+const DefaultMaxTokens = 8192
+
+// Engine is a loaded model that scores prompt groups.
+type Engine struct {
+	model   *qwen.Model
+	ckpt    *safetensors.Checkpoint
+	builder *prompt.Builder
+	info    scorer.Info
+	cost    costmodel.Coeffs
+	cache   *kvCache // nil when disabled
+}
+
+var _ scorer.Engine = (*Engine)(nil)
+
+// Load reads a Hugging Face checkpoint folder: config.json, model.safetensors (or the shards of
+// model.safetensors.index.json) and tokenizer.json (the shipped Qwen3 tokenizer when the folder
+// has none). The weights are memory-mapped; Close releases them.
+func Load(dir string, opt Options) (*Engine, error) {
+	cfg, err := qwen.LoadConfig(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("load model %s: %w", dir, err)
+	}
+	maxTokens := opt.MaxTokens
+	switch {
+	case maxTokens < 0:
+		return nil, fmt.Errorf("load model: max tokens must be ≥ 0, got %d", maxTokens)
+	case maxTokens == 0:
+		maxTokens = min(cfg.MaxPositionEmbeddings, DefaultMaxTokens)
+	case maxTokens > cfg.MaxPositionEmbeddings:
+		return nil, fmt.Errorf("load model: max tokens %d exceeds the model's max_position_embeddings %d", maxTokens, cfg.MaxPositionEmbeddings)
+	}
+	if opt.PrefixCacheBytes < 0 {
+		return nil, fmt.Errorf("load model: prefix cache bytes must be ≥ 0, got %d", opt.PrefixCacheBytes)
+	}
+	var tok *tokenizer.Tokenizer
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err == nil {
+		tok, err = tokenizer.LoadFile(dir)
+		if err != nil {
+			return nil, fmt.Errorf("load model %s: %w", dir, err)
+		}
+	} else if tok, err = tokenizer.Default(); err != nil {
+		return nil, fmt.Errorf("load model %s: default tokenizer: %w", dir, err)
+	}
+	yes, okY := tok.TokenID("yes")
+	no, okN := tok.TokenID("no")
+	if !okY || !okN {
+		return nil, fmt.Errorf("load model %s: the tokenizer has no \"yes\"/\"no\" tokens", dir)
+	}
+	if tok.VocabSize() > cfg.VocabSize {
+		return nil, fmt.Errorf("load model %s: tokenizer has %d tokens, more than vocab_size %d", dir, tok.VocabSize(), cfg.VocabSize)
+	}
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load model: %w", err)
+	}
+	m, err := qwen.Load(cfg, ck, qwen.LoadOptions{HeadRows: []int{int(yes), int(no)}, MaxPositions: maxTokens})
+	if err != nil {
+		ck.Close()
+		return nil, fmt.Errorf("load model %s: %w", dir, err)
+	}
+	if opt.Threads > 0 {
+		kernels.SetThreads(opt.Threads)
+	}
+	name := opt.Name
+	if name == "" {
+		abs, _ := filepath.Abs(dir)
+		name = filepath.Base(abs)
+	}
+	e := &Engine{
+		model:   m,
+		ckpt:    ck,
+		builder: prompt.New(tok, maxTokens),
+		info: scorer.Info{
+			Model: name, Architecture: cfg.Arch(), DType: m.DType, Kernels: "generic",
+			MaxTokens: maxTokens,
+		},
+		cost: opt.Cost,
+	}
+	if cfg.NumExperts > 0 {
+		e.info.MoEPolicy = opt.MoEPolicy
+		if e.info.MoEPolicy == "" {
+			e.info.MoEPolicy = "default"
+		}
+	}
+	if e.cost == (costmodel.Coeffs{}) {
+		e.cost = shapeCost(cfg, kernels.Threads())
+	}
+	if opt.PrefixCacheBytes > 0 {
+		e.cache = newKVCache(opt.PrefixCacheBytes)
+	}
+	return e, nil
+}
+
+// Close releases the memory-mapped weights; the engine must not be used afterwards.
+func (e *Engine) Close() error { return e.ckpt.Close() }
+
+// Builder is the prompt builder the engine tokenizes with.
+func (e *Engine) Builder() *prompt.Builder { return e.builder }
+
+// Tokenize builds the group of one batch (see prompt.Builder.Build). Safe for concurrent use.
+func (e *Engine) Tokenize(instruction, query string, docs []string, opt scorer.TokenizeOptions) (*scorer.Group, error) {
+	return e.builder.Build(instruction, query, docs, opt)
+}
+
+// Forward scores every item of every group in one packed pass: each distinct prefix is computed
+// once (or taken from the prefix cache), every item runs against its prefix's KV. Logits[i] is
+// logit("yes") − logit("no"); items marked TooLong (or with no tokens) get 0 and are not scored.
+func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.ForwardStats, error) {
+	start := time.Now()
+	qg := make([]*qwen.Group, len(groups))
+	keys := make([]string, len(groups))
+	var stats scorer.ForwardStats
+	for i, g := range groups {
+		if len(g.TooLong) != 0 && len(g.TooLong) != len(g.Items) {
+			return stats, fmt.Errorf("forward: group %d: %d TooLong flags for %d items", i, len(g.TooLong), len(g.Items))
+		}
+		items := make([][]int32, len(g.Items))
+		for j, it := range g.Items {
+			if len(g.TooLong) == 0 || !g.TooLong[j] {
+				items[j] = it
+			}
+		}
+		q := &qwen.Group{Prefix: g.Prefix, Items: items}
+		g.PrefixCached = false
+		if e.cache != nil && len(g.Prefix) > 0 {
+			keys[i] = tokensKey(g.Prefix)
+			if kv := e.cache.get(keys[i]); kv != nil {
+				q.Cached = kv
+				g.PrefixCached = true
+				stats.PrefixReused += len(g.Prefix)
+			} else {
+				q.KeepKV = true
+			}
+		}
+		qg[i] = q
+	}
+	var st qwen.Stats
+	out, err := e.model.Forward(ctx, qg, &st)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+			return stats, ctxErr
+		}
+		return stats, fmt.Errorf("forward: %w", err)
+	}
+	for i, g := range groups {
+		g.Logits = make([]float32, len(g.Items))
+		for j := range g.Items {
+			if l := out[i]; l != nil && l[j] != nil {
+				g.Logits[j] = l[j][0] - l[j][1]
+			}
+		}
+		// Only a successful pass publishes its prefixes to other requests.
+		if e.cache != nil && qg[i].KV != nil {
+			e.cache.put(keys[i], qg[i].KV)
+		}
+	}
+	stats.Duration = time.Since(start)
+	stats.PrefixTokens = st.PrefixTokens
+	stats.ItemTokens = st.ItemTokens
+	if st.MoECalls > 0 {
+		stats.MoEVariants = st.MoEVariants
+		stats.MoEPaddingRatio = st.MoEPaddingSum / float64(st.MoECalls)
+	}
+	return stats, nil
+}
+
+// EstimateSeconds predicts Forward's time for the groups with the cost model
+// a·tokens + b·pairs + c·batches (internal/costmodel). Unless Options.Cost gives measured
+// coefficients, they come from the model's shape (see shapeCost): a crude estimate for load
+// reporting, to be replaced by `bench calibrate`.
+func (e *Engine) EstimateSeconds(groups []*scorer.Group) float64 {
+	var f costmodel.Features
+	for _, g := range groups {
+		items := make([]int, 0, len(g.Items))
+		for j, it := range g.Items {
+			if len(g.TooLong) == 0 || !g.TooLong[j] {
+				items = append(items, len(it))
+			}
+		}
+		cached := e.cache != nil && e.cache.has(tokensKey(g.Prefix))
+		f = f.Add(costmodel.BatchFeatures(len(g.Prefix), items, cached))
+	}
+	return e.cost.Seconds(f)
+}
+
+// shapeCost derives cost coefficients from the model's shape: a = 2·(active weights per token)
+// flops, b = 4·layers·heads·head_dim flops per attended pair (q·k and the weighted sum of v),
+// both at an assumed sustained rate of flopsPerThread per kernel thread, and c = 2 ms per batch.
+// flopsPerThread (1.5 GFLOP/s) is what the plain-Go reference kernels reach on one core of a
+// 2024 x86 server (crude; measured on the small presets, see the package benchmarks).
+func shapeCost(c *qwen.Config, threads int) costmodel.Coeffs {
+	const flopsPerThread = 1.5e9
+	H, hd := float64(c.HiddenSize), float64(c.HeadDim)
+	qd, kvd := float64(c.NumAttentionHeads)*hd, float64(c.NumKeyValueHeads)*hd
+	var params float64
+	for i := 0; i < c.NumHiddenLayers; i++ {
+		params += H*qd*2 + H*kvd*2
+		if c.IsSparse(i) {
+			params += H*float64(c.NumExperts) + 3*H*float64(c.MoEIntermediateSize*c.NumExpertsPerTok)
+			if c.HasSharedExpert() {
+				params += 3*H*float64(c.SharedExpertIntermediateSize) + H
+			}
+		} else {
+			params += 3 * H * float64(c.IntermediateSize)
+		}
+	}
+	rate := flopsPerThread * float64(max(threads, 1))
+	return costmodel.Coeffs{
+		A: 2 * params / rate,
+		B: 4 * float64(c.NumHiddenLayers) * qd / rate,
+		C: 2e-3,
+	}
+}
+
+// Info describes the engine.
+func (e *Engine) Info() scorer.Info { return e.info }
+
+// Score is a convenience for offline use: it tokenizes one query's documents, runs them, and
+// returns the scores sigmoid(logit) with the group (logits, truncation) filled in.
+func (e *Engine) Score(ctx context.Context, instruction, query string, docs []string, opt scorer.TokenizeOptions) ([]float64, *scorer.Group, error) {
+	g, err := e.Tokenize(instruction, query, docs, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := e.Forward(ctx, []*scorer.Group{g}); err != nil {
+		return nil, nil, err
+	}
+	s := make([]float64, len(g.Logits))
+	for i, l := range g.Logits {
+		s[i] = Sigmoid(float64(l))
+	}
+	return s, g, nil
+}
+
+// Sigmoid is the score of a logit difference.
+func Sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+
+func tokensKey(ids []int32) string {
+	b := make([]byte, 4*len(ids))
+	for i, v := range ids {
+		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+	}
+	return string(b)
+}

@@ -1,0 +1,113 @@
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/relevance-scoring/relevance/scorer"
+	"github.com/relevance-scoring/relevance/scorer/model/qwen"
+	"github.com/relevance-scoring/relevance/scorer/model/safetensors"
+	"github.com/relevance-scoring/relevance/scorer/prompt"
+	"github.com/relevance-scoring/relevance/tokenizer"
+)
+
+// GenSpec describes a generated checkpoint (`scorer gen-model`).
+type GenSpec struct {
+	Arch   string // qwen3, qwen3_moe or qwen2_moe
+	Preset string // tiny or small (see qwen.Preset)
+	Seed   uint64
+	DType  string // bf16 (default) or f32
+	// FusedExperts writes experts as fused mlp.experts.gate_up_proj / down_proj tensors.
+	FusedExperts bool
+}
+
+// calibrationQuery and calibrationDocs are the prompts the generated model's score head is
+// calibrated on: varied lengths, scripts and topics, so that scores of ordinary documents spread.
+const calibrationQuery = "how do I make a cheap espresso at home?"
+
+var calibrationDocs = []string{
+	"A moka pot makes strong coffee on a stove for a few dollars.",
+	"The 2018 World Cup final was played in Moscow.",
+	"Espresso needs about nine bars of pressure; cheap machines use steam instead.",
+	"北京是中华人民共和国的首都。",
+	"Buy a hand grinder and an AeroPress for an espresso-like shot.",
+	"Photosynthesis converts light into chemical energy.",
+	"",
+	"1234567890",
+	"Cold brew steeps grounds in cold water for twelve hours.",
+	"Les croissants sont faits avec du beurre.",
+	"def main():\n    print('hello')",
+	"Milk frothers heat and aerate milk for lattes.",
+	"The stock market fell three percent on Tuesday.",
+	"Café cubano is sweetened espresso from Cuba.",
+	"Quantum computers use qubits.",
+	"Instant coffee dissolves in hot water.",
+}
+
+// Generate writes a deterministic random-initialised checkpoint into dir: config.json (Hugging
+// Face keys), model.safetensors, tokenizer.json (the shipped Qwen3 tokenizer) and
+// tokenizer_config.json. The final norm is calibrated (qwen.Calibrate) on reranker prompts so
+// that scores spread over (0, 1).
+func Generate(dir string, spec GenSpec) error {
+	cfg, err := qwen.Preset(spec.Arch, spec.Preset)
+	if err != nil {
+		return fmt.Errorf("gen-model: %w", err)
+	}
+	var dtype safetensors.DType
+	switch spec.DType {
+	case "", "bf16":
+		dtype = safetensors.BF16
+	case "f32":
+		dtype = safetensors.F32
+	default:
+		return fmt.Errorf("gen-model: dtype must be bf16 or f32, got %q", spec.DType)
+	}
+	tok, err := tokenizer.Default()
+	if err != nil {
+		return fmt.Errorf("gen-model: %w", err)
+	}
+	if tok.VocabSize() > cfg.VocabSize {
+		return fmt.Errorf("gen-model: tokenizer has %d tokens, more than the preset's vocab_size %d", tok.VocabSize(), cfg.VocabSize)
+	}
+	yes, _ := tok.TokenID("yes")
+	no, _ := tok.TokenID("no")
+	ts, err := qwen.Generate(cfg, qwen.GenOptions{Seed: spec.Seed, DType: dtype, Fused: spec.FusedExperts})
+	if err != nil {
+		return fmt.Errorf("gen-model: %w", err)
+	}
+	b := prompt.New(tok, 0)
+	g, err := b.Build("", calibrationQuery, calibrationDocs, scorer.TokenizeOptions{})
+	if err != nil {
+		return fmt.Errorf("gen-model: %w", err)
+	}
+	if err := qwen.Calibrate(cfg, ts, [2]int{int(yes), int(no)}, []*qwen.Group{{Prefix: g.Prefix, Items: g.Items}}, 2.5); err != nil {
+		return fmt.Errorf("gen-model: %w", err)
+	}
+	if err := qwen.WriteCheckpoint(dir, cfg, ts, dtype); err != nil {
+		return fmt.Errorf("gen-model: %w", err)
+	}
+	tj, err := tokenizer.DefaultJSON()
+	if err != nil {
+		return fmt.Errorf("gen-model: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tj, 0o644); err != nil {
+		return fmt.Errorf("gen-model: %w", err)
+	}
+	tc, _ := json.MarshalIndent(map[string]any{
+		"tokenizer_class":              "Qwen2Tokenizer",
+		"model_max_length":             cfg.MaxPositionEmbeddings,
+		"eos_token":                    "<|im_end|>",
+		"pad_token":                    "<|endoftext|>",
+		"padding_side":                 "left",
+		"add_bos_token":                false,
+		"add_prefix_space":             false,
+		"errors":                       "replace",
+		"clean_up_tokenization_spaces": false,
+	}, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), append(tc, '\n'), 0o644); err != nil {
+		return fmt.Errorf("gen-model: %w", err)
+	}
+	return nil
+}

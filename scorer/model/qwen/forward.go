@@ -1,0 +1,430 @@
+package qwen
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/relevance-scoring/relevance/kernels"
+)
+
+// Group is one shared prefix and the item sequences that continue it.
+type Group struct {
+	// Prefix tokens, shared by every item; may be empty.
+	Prefix []int32
+	// Items are the token sequences that continue the prefix; an empty item is skipped (its
+	// output stays nil).
+	Items [][]int32
+	// Cached, when set, is the prefix's KV from an earlier pass: the prefix is not recomputed.
+	// Its Len must equal len(Prefix).
+	Cached *PrefixKV
+	// KeepKV asks Forward to return the prefix's KV in KV (when it was computed in this pass).
+	KeepKV bool
+
+	// KV is the prefix's KV computed by this pass when KeepKV was set.
+	KV *PrefixKV
+}
+
+// PrefixKV is a prefix's keys (RoPE applied) and values for every layer: K[l] and V[l] are
+// [Len][num_key_value_heads·head_dim]. Immutable once built; safe to share between passes.
+type PrefixKV struct {
+	Len  int
+	K, V [][]float32
+}
+
+// Bytes is the memory the KV takes.
+func (kv *PrefixKV) Bytes() int64 {
+	var n int64
+	for l := range kv.K {
+		n += int64(len(kv.K[l])+len(kv.V[l])) * 4
+	}
+	return n
+}
+
+// Stats is what a Forward call measured.
+type Stats struct {
+	PrefixTokens, ItemTokens int
+	// MoE kernel variants used, one count per MoE layer call, and the sum of their padding
+	// ratios (divide by the count for the mean).
+	MoEVariants   map[string]int
+	MoEPaddingSum float64
+	MoECalls      int
+	// Time spent in attention (the kernel), MoE experts (grouped kernel, shared expert), the
+	// router (logits, softmax, top-k, grouping), and everything in total.
+	Attention, MoE, Router, Total time.Duration
+}
+
+// span is a group's place in the packed rows of one pass.
+type span struct {
+	prefixRow, prefixLen int // rows of the prefix computed in this pass (prefixLen 0 when cached or empty)
+	itemRow              int // first row of the group's items
+	seqStarts            []int
+	kv                   *PrefixKV // cached prefix KV, or nil
+	share                int       // index of an earlier group with the same prefix, or -1
+}
+
+// Forward runs every group's prefix (unless cached) and items in one packed pass and returns,
+// for each group and item, the head-row logits at the item's last position (nil for empty items).
+// Identical prefixes within the call are computed once. It checks ctx between layers.
+func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]float32, error) {
+	start := time.Now()
+	cfg := m.Config
+	H := cfg.HiddenSize
+	nh, nkv := cfg.NumAttentionHeads, cfg.NumKeyValueHeads
+	if st.MoEVariants == nil {
+		st.MoEVariants = map[string]int{}
+	}
+
+	// Lay out rows: every computed prefix first, then every item, group by group.
+	spans := make([]span, len(groups))
+	seen := map[string]int{}
+	rows := 0
+	for g, gr := range groups {
+		sp := &spans[g]
+		sp.share = -1
+		if gr.Cached != nil {
+			if gr.Cached.Len != len(gr.Prefix) || len(gr.Cached.K) != len(m.Layers) {
+				return nil, fmt.Errorf("group %d: cached prefix KV does not match its prefix (%d vs %d tokens)", g, gr.Cached.Len, len(gr.Prefix))
+			}
+			sp.kv = gr.Cached
+			continue
+		}
+		key := tokensKey(gr.Prefix)
+		if j, ok := seen[key]; ok {
+			sp.share = j
+			continue
+		}
+		seen[key] = g
+		sp.prefixRow, sp.prefixLen = rows, len(gr.Prefix)
+		rows += len(gr.Prefix)
+	}
+	prefixRows := rows
+	for g, gr := range groups {
+		sp := &spans[g]
+		sp.itemRow = rows
+		sp.seqStarts = append(sp.seqStarts, 0)
+		n := 0
+		for i, it := range gr.Items {
+			if len(gr.Prefix)+len(it) > m.maxPos {
+				return nil, fmt.Errorf("group %d item %d: %d prompt tokens exceed the model's %d positions", g, i, len(gr.Prefix)+len(it), m.maxPos)
+			}
+			n += len(it)
+			sp.seqStarts = append(sp.seqStarts, n)
+		}
+		rows += n
+	}
+	T := rows
+	st.PrefixTokens += prefixRows
+	st.ItemTokens += T - prefixRows
+	if T == prefixRows { // no item tokens: nothing to score
+		st.Total += time.Since(start)
+		return make([][][]float32, len(groups)), nil
+	}
+
+	pos := make([]int32, T)
+	x := make([]float32, T*H)
+	for g, gr := range groups {
+		sp := &spans[g]
+		for j, id := range gr.Prefix[:sp.prefixLen] {
+			if err := m.checkID(id); err != nil {
+				return nil, fmt.Errorf("group %d prefix: %w", g, err)
+			}
+			pos[sp.prefixRow+j] = int32(j)
+			m.embedRow(x[(sp.prefixRow+j)*H:], id)
+		}
+		r := sp.itemRow
+		for _, it := range gr.Items {
+			for j, id := range it {
+				if err := m.checkID(id); err != nil {
+					return nil, fmt.Errorf("group %d item: %w", g, err)
+				}
+				pos[r] = int32(len(gr.Prefix) + j)
+				m.embedRow(x[r*H:], id)
+				r++
+			}
+		}
+		if gr.KeepKV && sp.prefixLen > 0 {
+			gr.KV = &PrefixKV{Len: sp.prefixLen, K: make([][]float32, len(m.Layers)), V: make([][]float32, len(m.Layers))}
+		}
+	}
+
+	b := newBuffers(cfg, T)
+	for l := range m.Layers {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		layer := &m.Layers[l]
+
+		// Attention block.
+		kernels.RMSNorm(b.xn, x, layer.InputNorm, T, float32(cfg.RMSNormEps))
+		kernels.Linear(b.q, b.xn, T, layer.Q)
+		kernels.Linear(b.k, b.xn, T, layer.K)
+		kernels.Linear(b.v, b.xn, T, layer.V)
+		addBias(b.q, layer.QBias, T)
+		addBias(b.k, layer.KBias, T)
+		addBias(b.v, layer.VBias, T)
+		if layer.QNorm != nil {
+			kernels.RMSNorm(b.q, b.q, layer.QNorm, T*nh, float32(cfg.RMSNormEps))
+			kernels.RMSNorm(b.k, b.k, layer.KNorm, T*nkv, float32(cfg.RMSNormEps))
+		}
+		kernels.ApplyRoPE(b.q, pos, nh, m.rope)
+		kernels.ApplyRoPE(b.k, pos, nkv, m.rope)
+
+		t0 := time.Now()
+		m.attention(b, groups, spans, l, prefixRows)
+		st.Attention += time.Since(t0)
+
+		kernels.Linear(b.o, b.attn, T, layer.O)
+		addBias(b.o, layer.OBias, T)
+		addTo(x, b.o)
+
+		// Feed-forward block.
+		kernels.RMSNorm(b.xn, x, layer.PostNorm, T, float32(cfg.RMSNormEps))
+		if layer.Sparse {
+			m.moe(b, layer, T, st)
+		} else {
+			mlp(b.o, b.xn, T, layer.Gate, layer.Up, layer.Down, b.g, b.u)
+		}
+		addTo(x, b.o)
+	}
+
+	// Head: final norm and the selected rows, at each item's last position only.
+	var last []int
+	for g := range groups {
+		sp := &spans[g]
+		for i := range groups[g].Items {
+			if sp.seqStarts[i+1] > sp.seqStarts[i] {
+				last = append(last, sp.itemRow+sp.seqStarts[i+1]-1)
+			}
+		}
+	}
+	out := make([][][]float32, len(groups))
+	if m.Head != nil && len(last) > 0 {
+		hx := make([]float32, len(last)*H)
+		for j, r := range last {
+			copy(hx[j*H:(j+1)*H], x[r*H:(r+1)*H])
+		}
+		kernels.RMSNorm(hx, hx, m.Norm, len(last), float32(cfg.RMSNormEps))
+		nr := m.Head.N
+		logits := make([]float32, len(last)*nr)
+		kernels.Linear(logits, hx, len(last), m.Head)
+		j := 0
+		for g := range groups {
+			sp := &spans[g]
+			out[g] = make([][]float32, len(groups[g].Items))
+			for i := range groups[g].Items {
+				if sp.seqStarts[i+1] > sp.seqStarts[i] {
+					out[g][i] = logits[j*nr : (j+1)*nr : (j+1)*nr]
+					j++
+				}
+			}
+		}
+	}
+	st.Total += time.Since(start)
+	return out, nil
+}
+
+// attention runs the prefixes (each a causal sequence of its own) and then every group's items
+// against its prefix KV, and keeps prefix KV where asked.
+func (m *Model) attention(b *buffers, groups []*Group, spans []span, l, prefixRows int) {
+	cfg := m.Config
+	hd, nh, nkv := cfg.HeadDim, cfg.NumAttentionHeads, cfg.NumKeyValueHeads
+	qd, kvd := nh*hd, nkv*hd
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	if prefixRows > 0 {
+		starts := []int{0}
+		for g := range spans {
+			if spans[g].prefixLen > 0 {
+				starts = append(starts, spans[g].prefixRow+spans[g].prefixLen)
+			}
+		}
+		kernels.Attention(b.attn[:prefixRows*qd], &kernels.PrefixAttention{
+			Heads: nh, KVHeads: nkv, HeadDim: hd, Scale: scale,
+			Q: b.q[:prefixRows*qd], K: b.k[:prefixRows*kvd], V: b.v[:prefixRows*kvd],
+			SeqStarts: starts,
+		})
+	}
+	for g, gr := range groups {
+		sp := &spans[g]
+		src := sp
+		if sp.share >= 0 {
+			src = &spans[sp.share]
+		}
+		var pk, pv []float32
+		plen := len(gr.Prefix)
+		if src.kv != nil {
+			pk, pv = src.kv.K[l], src.kv.V[l]
+		} else {
+			pk = b.k[src.prefixRow*kvd : (src.prefixRow+plen)*kvd]
+			pv = b.v[src.prefixRow*kvd : (src.prefixRow+plen)*kvd]
+		}
+		if gr.KV != nil {
+			gr.KV.K[l] = append([]float32(nil), pk...)
+			gr.KV.V[l] = append([]float32(nil), pv...)
+		}
+		n := sp.seqStarts[len(sp.seqStarts)-1]
+		if n == 0 {
+			continue
+		}
+		r0, r1 := sp.itemRow, sp.itemRow+n
+		kernels.Attention(b.attn[r0*qd:r1*qd], &kernels.PrefixAttention{
+			Heads: nh, KVHeads: nkv, HeadDim: hd, Scale: scale,
+			PrefixK: pk, PrefixV: pv, PrefixLen: plen,
+			Q: b.q[r0*qd : r1*qd], K: b.k[r0*kvd : r1*kvd], V: b.v[r0*kvd : r1*kvd],
+			SeqStarts: sp.seqStarts,
+		})
+	}
+}
+
+// moe writes the sparse block's output for b.xn into b.o: route each token (softmax over all
+// experts in f32, top-k, optional renormalisation), group the tokens of each expert, run the
+// grouped expert kernel, and add the gated shared expert (Qwen2-MoE).
+func (m *Model) moe(b *buffers, layer *Layer, T int, st *Stats) {
+	cfg := m.Config
+	H, E, k := cfg.HiddenSize, cfg.NumExperts, cfg.NumExpertsPerTok
+	t0 := time.Now()
+	kernels.Linear(b.router, b.xn, T, layer.Router)
+	r := &b.routing
+	for e := range r.Tokens {
+		r.Tokens[e] = r.Tokens[e][:0]
+		r.Weights[e] = r.Weights[e][:0]
+	}
+	sel := make([]int, k)
+	for t := 0; t < T; t++ {
+		p := b.router[t*E : (t+1)*E]
+		kernels.Softmax(p)
+		topK(p, sel)
+		var sum float32
+		for _, e := range sel {
+			sum += p[e]
+		}
+		for _, e := range sel {
+			w := p[e]
+			if cfg.NormTopKProb {
+				w /= sum
+			}
+			r.Tokens[e] = append(r.Tokens[e], int32(t))
+			r.Weights[e] = append(r.Weights[e], w)
+		}
+	}
+	t1 := time.Now()
+	st.Router += t1.Sub(t0)
+
+	clear(b.o)
+	ms := kernels.MoE(b.o, b.xn, H, layer.Experts, r)
+	st.MoEVariants[ms.Variant]++
+	st.MoEPaddingSum += ms.PaddingRatio
+	st.MoECalls++
+	if layer.Shared != nil {
+		mlp(b.shared, b.xn, T, layer.Shared.Gate, layer.Shared.Up, layer.Shared.Down, b.sg, b.su)
+		kernels.Linear(b.gate1, b.xn, T, layer.SharedGate)
+		for t := 0; t < T; t++ {
+			g := float32(1 / (1 + math.Exp(-float64(b.gate1[t]))))
+			o := b.o[t*H : (t+1)*H]
+			for i, v := range b.shared[t*H : (t+1)*H] {
+				o[i] += g * v
+			}
+		}
+	}
+	st.MoE += time.Since(t1)
+}
+
+// topK writes the indices of the len(sel) largest values of p into sel, largest first; ties go
+// to the lower index.
+func topK(p []float32, sel []int) {
+	for j := range sel {
+		best := -1
+		for e, v := range p {
+			taken := false
+			for _, s := range sel[:j] {
+				if s == e {
+					taken = true
+					break
+				}
+			}
+			if !taken && (best < 0 || v > p[best]) {
+				best = e
+			}
+		}
+		sel[j] = best
+	}
+}
+
+// mlp writes down(silu(gate(x))·up(x)) for T rows into out, using g and u as scratch.
+func mlp(out, x []float32, T int, gate, up, down *kernels.Weight, g, u []float32) {
+	I := gate.N
+	g, u = g[:T*I], u[:T*I]
+	kernels.Linear(g, x, T, gate)
+	kernels.Linear(u, x, T, up)
+	kernels.SiLUMul(g, g, u)
+	kernels.Linear(out, g, T, down)
+}
+
+func addBias(x, bias []float32, rows int) {
+	if bias == nil {
+		return
+	}
+	d := len(bias)
+	for r := 0; r < rows; r++ {
+		row := x[r*d : (r+1)*d]
+		for i, b := range bias {
+			row[i] += b
+		}
+	}
+}
+
+func addTo(dst, src []float32) {
+	for i, v := range src {
+		dst[i] += v
+	}
+}
+
+func (m *Model) checkID(id int32) error {
+	if id < 0 || int(id) >= m.Config.VocabSize {
+		return fmt.Errorf("token id %d outside the vocabulary (%d)", id, m.Config.VocabSize)
+	}
+	return nil
+}
+
+func tokensKey(ids []int32) string {
+	b := make([]byte, 4*len(ids))
+	for i, v := range ids {
+		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+	}
+	return string(b)
+}
+
+// buffers are one pass's activations, sized for T rows.
+type buffers struct {
+	xn, q, k, v, attn, o []float32
+	g, u                 []float32 // dense MLP scratch
+	router, gate1        []float32
+	shared, sg, su       []float32
+	routing              kernels.Routing
+}
+
+func newBuffers(cfg *Config, T int) *buffers {
+	H, hd := cfg.HiddenSize, cfg.HeadDim
+	qd, kvd := cfg.NumAttentionHeads*hd, cfg.NumKeyValueHeads*hd
+	b := &buffers{
+		xn: make([]float32, T*H), q: make([]float32, T*qd), k: make([]float32, T*kvd), v: make([]float32, T*kvd),
+		attn: make([]float32, T*qd), o: make([]float32, T*H),
+	}
+	dense := false
+	for i := 0; i < cfg.NumHiddenLayers; i++ {
+		dense = dense || !cfg.IsSparse(i)
+	}
+	if dense {
+		b.g, b.u = make([]float32, T*cfg.IntermediateSize), make([]float32, T*cfg.IntermediateSize)
+	}
+	if cfg.NumExperts > 0 {
+		b.router = make([]float32, T*cfg.NumExperts)
+		b.routing = kernels.Routing{Tokens: make([][]int32, cfg.NumExperts), Weights: make([][]float32, cfg.NumExperts)}
+	}
+	if cfg.HasSharedExpert() {
+		S := cfg.SharedExpertIntermediateSize
+		b.shared, b.sg, b.su, b.gate1 = make([]float32, T*H), make([]float32, T*S), make([]float32, T*S), make([]float32, T)
+	}
+	return b
+}

@@ -1,0 +1,169 @@
+package node
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Engine kinds for Config.Engine.
+const (
+	EngineReal     = "real"
+	EngineEmulated = "emulated"
+)
+
+// Config is a scorer node's configuration (configs/scorer.yaml). Load applies Default, then the
+// YAML (unknown keys are errors), then Validate.
+type Config struct {
+	// GRPCAddr is where gRPC (Scorer, health, reflection) listens, host:port; port 0 picks one.
+	GRPCAddr string `yaml:"grpc_addr"`
+	// HTTPAddr is where /healthz, /readyz, /metrics and /v1/status listen, host:port.
+	HTTPAddr string `yaml:"http_addr"`
+	// NodeID names the node in replies and logs; "" means the host name and gRPC port.
+	NodeID string `yaml:"node_id"`
+	// Engine is "real" (load Model) or "emulated" (sleep per CostProfile; no model needed).
+	Engine string `yaml:"engine"`
+	// Model is the Hugging Face checkpoint folder (engine real); the emulated engine uses it only
+	// as a name.
+	Model string `yaml:"model"`
+	// CostProfile is the JSON cost profile file the emulated engine sleeps by (required then).
+	CostProfile string `yaml:"cost_profile"`
+	// Threads is the forward pass's worker threads; 0 means GOMAXPROCS.
+	Threads int `yaml:"threads"`
+	// MaxTokens is the longest prompt (prefix + item) in tokens; 0 means the engine's own limit.
+	MaxTokens int `yaml:"max_tokens"`
+	// MaxItemBytes is the largest item text accepted, in bytes; must be > 0.
+	MaxItemBytes int `yaml:"max_item_bytes"`
+	// MaxItems is the most items one batch may hold; must be > 0.
+	MaxItems int `yaml:"max_items"`
+	// MaxBatchTokens is the token budget of one merged forward pass: queued batches are merged
+	// while the total stays within it (a single larger batch still runs alone); must be > 0.
+	MaxBatchTokens int `yaml:"max_batch_tokens"`
+	// MaxQueueBatches is how many batches may wait; beyond it calls get RESOURCE_EXHAUSTED; > 0.
+	MaxQueueBatches int `yaml:"max_queue_batches"`
+	// MoEPolicy is the MoE kernel policy (threshold, auto, fixed:<blockM>); "" means threshold.
+	MoEPolicy string `yaml:"moe_policy"`
+	// PrefixCacheBytes is the cross-request prefix KV cache budget in bytes; 0 disables it.
+	PrefixCacheBytes int64 `yaml:"prefix_cache_bytes"`
+	// DrainTimeout bounds how long a shutdown waits for queued and running work; 0 means no wait
+	// (stop at once).
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// MaxRequestBytes is gRPC's maximum received message size in bytes; 0 means derived from
+	// MaxItems × MaxItemBytes plus 1 MiB of headroom.
+	MaxRequestBytes int `yaml:"max_request_bytes"`
+}
+
+// Default returns the defaults every field starts from.
+func Default() Config {
+	return Config{
+		GRPCAddr:         "127.0.0.1:7070",
+		HTTPAddr:         "127.0.0.1:7071",
+		Engine:           EngineReal,
+		MaxTokens:        0,
+		MaxItemBytes:     64 << 10,
+		MaxItems:         1024,
+		MaxBatchTokens:   8192,
+		MaxQueueBatches:  256,
+		MoEPolicy:        "threshold",
+		PrefixCacheBytes: 256 << 20,
+		DrainTimeout:     30 * time.Second,
+	}
+}
+
+// Load reads a YAML config file over the defaults; path "" gives the defaults. It does not
+// validate, so that flags can override first: call Validate after.
+func Load(path string) (Config, error) {
+	cfg := Default()
+	if path == "" {
+		return cfg, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("load config: %w", err)
+	}
+	if err := cfg.Decode(b); err != nil {
+		return cfg, fmt.Errorf("load config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Decode decodes YAML over c's current values (unknown keys are errors) but does not validate:
+// callers apply their overrides (flags) first, then call Validate.
+func (c *Config) Decode(b []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// Validate reports the first bad field, naming it and its value.
+func (c *Config) Validate() error {
+	for _, a := range []struct{ name, v string }{{"grpc_addr", c.GRPCAddr}, {"http_addr", c.HTTPAddr}} {
+		if _, _, err := net.SplitHostPort(a.v); err != nil {
+			return fmt.Errorf("scorer.%s: must be host:port, got %q", a.name, a.v)
+		}
+	}
+	switch c.Engine {
+	case EngineReal:
+		if c.Model == "" {
+			return errors.New(`scorer.model: required with engine "real", got ""`)
+		}
+	case EngineEmulated:
+		if c.CostProfile == "" {
+			return errors.New(`scorer.cost_profile: required with engine "emulated", got ""`)
+		}
+	default:
+		return fmt.Errorf("scorer.engine: must be %q or %q, got %q", EngineReal, EngineEmulated, c.Engine)
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+		min  int64
+	}{
+		{"threads", int64(c.Threads), 0},
+		{"max_tokens", int64(c.MaxTokens), 0},
+		{"max_item_bytes", int64(c.MaxItemBytes), 1},
+		{"max_items", int64(c.MaxItems), 1},
+		{"max_batch_tokens", int64(c.MaxBatchTokens), 1},
+		{"max_queue_batches", int64(c.MaxQueueBatches), 1},
+		{"prefix_cache_bytes", c.PrefixCacheBytes, 0},
+		{"drain_timeout", int64(c.DrainTimeout), 0},
+		{"max_request_bytes", int64(c.MaxRequestBytes), 0},
+	} {
+		if f.v < f.min {
+			return fmt.Errorf("scorer.%s: must be ≥ %d, got %d", f.name, f.min, f.v)
+		}
+	}
+	p := c.MoEPolicy
+	ok := p == "" || p == "threshold" || p == "auto"
+	if m, found := strings.CutPrefix(p, "fixed:"); found {
+		n, err := strconv.Atoi(m)
+		ok = err == nil && n > 0
+	}
+	if !ok {
+		return fmt.Errorf("scorer.moe_policy: must be threshold, auto or fixed:<blockM>, got %q", p)
+	}
+	return nil
+}
+
+// maxRecvBytes is the gRPC receive limit the config implies.
+func (c *Config) maxRecvBytes() int {
+	if c.MaxRequestBytes > 0 {
+		return c.MaxRequestBytes
+	}
+	n := int64(c.MaxItems)*int64(c.MaxItemBytes+64) + 1<<20
+	if n > 1<<30 {
+		n = 1 << 30
+	}
+	return int(n)
+}

@@ -1,0 +1,594 @@
+// Package node is the scorer node's server around a scorer.Engine: gRPC relevance.v1.Scorer
+// (ScoreBatch) with grpc.health.v1 and reflection, an HTTP port with /healthz, /readyz,
+// /metrics and /v1/status, and the scheduler that queues batches and merges them into forward
+// passes.
+//
+// The engine loads in the background after the node listens, so health answers (NOT_SERVING)
+// while a model loads. Shutdown drains: readiness and health go false at once, new batches get
+// UNAVAILABLE, queued and running work finishes (bounded by Config.DrainTimeout), then the
+// servers stop.
+//
+// A Node is safe for concurrent use. Create it with New, then Start; Shutdown once.
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/scorer"
+	"github.com/relevance-scoring/relevance/scorer/prefixcache"
+)
+
+// LoadFunc builds the engine; the node calls it once, in the background, after listening. It
+// must return soon after ctx is done (Shutdown during a load cancels it).
+type LoadFunc func(ctx context.Context) (scorer.Engine, error)
+
+// PrefixCacheStatser is implemented by engines with a cross-request prefix cache; /v1/status
+// shows its counters.
+type PrefixCacheStatser interface {
+	PrefixCacheStats() (prefixcache.Stats, bool)
+}
+
+// Options are the node's dependencies.
+type Options struct {
+	// Registry receives the node's metrics and is what /metrics serves; nil means a new one.
+	// Pass the same registry to the engine so that its metrics (prefix cache) show too.
+	Registry *prometheus.Registry
+	// Logger logs lifecycle events; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Node is one scorer node.
+type Node struct {
+	cfg   Config
+	load  LoadFunc
+	log   *slog.Logger
+	reg   *prometheus.Registry
+	m     *metrics
+	sched *scheduler
+
+	grpcSrv   *grpc.Server
+	health    *health.Server
+	httpSrv   *http.Server
+	grpcLis   net.Listener
+	httpLis   net.Listener
+	nodeID    string
+	startedAt time.Time
+
+	mu       sync.Mutex // guards the load/draining transitions and their health updates
+	draining bool
+	loadErr  error
+
+	engine     atomic.Pointer[scorer.Engine] // read on the hot path without n.mu
+	isDraining atomic.Bool
+	loaded     chan struct{}
+	loadCancel context.CancelFunc
+	serveWG    sync.WaitGroup
+	shutOnce   sync.Once
+	shutErr    error
+}
+
+// scorerService is the name health reports for the Scorer service.
+var scorerService = pb.Scorer_ServiceDesc.ServiceName
+
+// New validates cfg and builds a node; nothing listens until Start.
+func New(cfg Config, load LoadFunc, opt Options) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if load == nil {
+		return nil, errors.New("node: a LoadFunc is required")
+	}
+	n := &Node{
+		cfg:    cfg,
+		load:   load,
+		log:    opt.Logger,
+		reg:    opt.Registry,
+		sched:  newScheduler(cfg.MaxBatchTokens, cfg.MaxQueueBatches),
+		health: health.NewServer(),
+		loaded: make(chan struct{}),
+	}
+	if n.log == nil {
+		n.log = slog.Default()
+	}
+	if n.reg == nil {
+		n.reg = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(n.reg, n.sched)
+	if err != nil {
+		return nil, err
+	}
+	n.m = m
+	n.sched.m = m
+	for _, svc := range []string{"", scorerService} {
+		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	n.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(cfg.maxRecvBytes()))
+	pb.RegisterScorerServer(n.grpcSrv, &service{n: n})
+	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
+	reflection.Register(n.grpcSrv)
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", n.handleReady)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
+	mux.HandleFunc("GET /v1/status", n.handleStatus)
+	n.httpSrv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+	}
+	return n, nil
+}
+
+// Start listens on both addresses, serves, and starts loading the engine in the background.
+func (n *Node) Start() error {
+	gl, err := net.Listen("tcp", n.cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("listen grpc_addr %s: %w", n.cfg.GRPCAddr, err)
+	}
+	hl, err := net.Listen("tcp", n.cfg.HTTPAddr)
+	if err != nil {
+		gl.Close()
+		return fmt.Errorf("listen http_addr %s: %w", n.cfg.HTTPAddr, err)
+	}
+	n.grpcLis, n.httpLis = gl, hl
+	n.startedAt = time.Now()
+	n.nodeID = n.cfg.NodeID
+	if n.nodeID == "" {
+		host, _ := os.Hostname()
+		_, port, _ := net.SplitHostPort(gl.Addr().String())
+		n.nodeID = host + ":" + port
+	}
+	n.serveWG.Add(2)
+	go func() {
+		defer n.serveWG.Done()
+		if err := n.grpcSrv.Serve(gl); err != nil {
+			n.log.Error("grpc server stopped", "err", err)
+		}
+	}()
+	go func() {
+		defer n.serveWG.Done()
+		if err := n.httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("http server stopped", "err", err)
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	n.loadCancel = cancel
+	n.serveWG.Add(1)
+	go func() {
+		defer n.serveWG.Done()
+		n.runLoad(ctx)
+	}()
+	return nil
+}
+
+func (n *Node) runLoad(ctx context.Context) {
+	defer close(n.loaded)
+	start := time.Now()
+	eng, err := n.load(ctx)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err == nil && eng == nil {
+		err = errors.New("engine loader returned no engine")
+	}
+	if err != nil {
+		n.loadErr = fmt.Errorf("load engine: %w", err)
+		n.log.Error("engine load failed", "node_id", n.nodeID, "err", err)
+		return
+	}
+	if n.draining { // shut down while loading: never start serving
+		return
+	}
+	n.engine.Store(&eng)
+	n.sched.start(eng)
+	in := eng.Info()
+	n.m.setInfo(n.nodeID, in)
+	n.m.ready.Set(1)
+	for _, svc := range []string{"", scorerService} {
+		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+	}
+	attrs := []any{"node_id", n.nodeID, "model", in.Model, "architecture", in.Architecture,
+		"dtype", in.DType, "kernels", in.Kernels, "max_tokens", in.MaxTokens, "took", time.Since(start).Round(time.Millisecond)}
+	if in.Emulated {
+		n.log.Warn("EMULATED engine ready: no model runs, timings come from a cost profile", attrs...)
+	} else {
+		n.log.Info("engine ready", attrs...)
+	}
+}
+
+// GRPCAddr is the address gRPC listens on (after Start).
+func (n *Node) GRPCAddr() string { return n.grpcLis.Addr().String() }
+
+// HTTPAddr is the address HTTP listens on (after Start).
+func (n *Node) HTTPAddr() string { return n.httpLis.Addr().String() }
+
+// NodeID is the node's id in replies (after Start).
+func (n *Node) NodeID() string { return n.nodeID }
+
+// Loaded is closed when the engine load has finished, successfully or not (see LoadErr).
+func (n *Node) Loaded() <-chan struct{} { return n.loaded }
+
+// LoadErr is the engine load's error, once Loaded is closed.
+func (n *Node) LoadErr() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.loadErr
+}
+
+// Ready reports whether the node takes batches: engine loaded and not draining.
+func (n *Node) Ready() bool {
+	return n.engine.Load() != nil && !n.isDraining.Load()
+}
+
+// Drain stops taking new batches (readiness false, health NOT_SERVING, ScoreBatch UNAVAILABLE)
+// and waits until queued and running work has finished or ctx is done.
+func (n *Node) Drain(ctx context.Context) error {
+	n.mu.Lock()
+	if !n.draining {
+		n.draining = true
+		n.isDraining.Store(true)
+		n.m.ready.Set(0)
+		for _, svc := range []string{"", scorerService} {
+			n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+		}
+		n.log.Info("draining", "node_id", n.nodeID)
+	}
+	n.mu.Unlock()
+	n.sched.close()
+	return n.sched.waitIdle(ctx)
+}
+
+// Shutdown drains (for at most Config.DrainTimeout, and until ctx is done), then stops the
+// scheduler and both servers. Work still queued when the drain ends fails with UNAVAILABLE. It
+// returns the drain's error, if any; later calls return the same.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.shutOnce.Do(func() {
+		dctx, cancel := context.WithTimeout(ctx, n.cfg.DrainTimeout)
+		err := n.Drain(dctx)
+		cancel()
+		if err != nil {
+			n.shutErr = fmt.Errorf("drain: %w", err)
+			n.log.Warn("drain incomplete; stopping", "node_id", n.nodeID, "err", err)
+		}
+		if n.loadCancel != nil {
+			n.loadCancel()
+			<-n.loaded
+		}
+		n.sched.stop()
+		n.health.Shutdown()
+		// GracefulStop waits for open streams (health Watch) too; bound it.
+		stopped := make(chan struct{})
+		go func() {
+			n.grpcSrv.GracefulStop()
+			close(stopped)
+		}()
+		grace := time.NewTimer(5 * time.Second)
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			n.grpcSrv.Stop()
+			<-stopped
+		case <-grace.C:
+			n.grpcSrv.Stop()
+			<-stopped
+		}
+		grace.Stop()
+		hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := n.httpSrv.Shutdown(hctx); err != nil {
+			n.httpSrv.Close()
+		}
+		hcancel()
+		n.serveWG.Wait()
+		n.log.Info("stopped", "node_id", n.nodeID)
+	})
+	return n.shutErr
+}
+
+func (n *Node) handleReady(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	switch {
+	case n.Ready():
+		fmt.Fprintln(w, "ready")
+	case n.isDraining.Load():
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "draining")
+	default:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		if err := n.LoadErr(); err != nil {
+			fmt.Fprintln(w, "engine failed to load:", err)
+			return
+		}
+		fmt.Fprintln(w, "loading")
+	}
+}
+
+// Status is the JSON body of GET /v1/status.
+type Status struct {
+	NodeID             string             `json:"node_id"`
+	Model              string             `json:"model"`
+	Architecture       string             `json:"architecture"`
+	DType              string             `json:"dtype"`
+	Kernels            string             `json:"kernels"`
+	MoEPolicy          string             `json:"moe_policy"`
+	MaxTokens          int                `json:"max_tokens"`
+	Emulated           bool               `json:"emulated"`
+	Engine             string             `json:"engine"` // "EMULATED" or "real"
+	Loaded             bool               `json:"loaded"`
+	LoadError          string             `json:"load_error,omitempty"`
+	Ready              bool               `json:"ready"`
+	Draining           bool               `json:"draining"`
+	InflightBatches    int                `json:"inflight_batches"`
+	QueuedBatches      int                `json:"queued_batches"`
+	QueuedTokens       int                `json:"queued_tokens"`
+	QueuedCostSeconds  float64            `json:"queued_cost_seconds"`
+	RunningCostSeconds float64            `json:"running_cost_seconds"`
+	TokensPerSecond    float64            `json:"tokens_per_second"`
+	UptimeSeconds      float64            `json:"uptime_seconds"`
+	PrefixCache        *prefixcache.Stats `json:"prefix_cache,omitempty"`
+}
+
+// Status returns the node's current status.
+func (n *Node) Status() Status {
+	l := n.sched.load()
+	s := Status{
+		NodeID:             n.nodeID,
+		MoEPolicy:          n.cfg.MoEPolicy,
+		Engine:             n.cfg.Engine,
+		Ready:              n.Ready(),
+		Draining:           n.isDraining.Load(),
+		InflightBatches:    l.InflightBatches,
+		QueuedBatches:      l.QueuedBatches,
+		QueuedTokens:       l.QueuedTokens,
+		QueuedCostSeconds:  l.QueuedCostSeconds,
+		RunningCostSeconds: l.RunningCostSeconds,
+		TokensPerSecond:    l.TokensPerSecond,
+		UptimeSeconds:      time.Since(n.startedAt).Seconds(),
+	}
+	if err := n.LoadErr(); err != nil {
+		s.LoadError = err.Error()
+	}
+	if p := n.engine.Load(); p != nil {
+		eng := *p
+		in := eng.Info()
+		s.Loaded = true
+		s.Model, s.Architecture, s.DType, s.Kernels, s.MaxTokens, s.Emulated = in.Model, in.Architecture, in.DType, in.Kernels, in.MaxTokens, in.Emulated
+		if in.MoEPolicy != "" {
+			s.MoEPolicy = in.MoEPolicy
+		}
+		if pc, ok := eng.(PrefixCacheStatser); ok {
+			if st, ok := pc.PrefixCacheStats(); ok {
+				s.PrefixCache = &st
+			}
+		}
+	}
+	if s.Emulated {
+		s.Engine = "EMULATED"
+	}
+	return s
+}
+
+func (n *Node) handleStatus(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(n.Status()); err != nil {
+		n.log.Warn("write /v1/status", "err", err)
+	}
+}
+
+// service implements relevance.v1.Scorer.
+type service struct {
+	pb.UnimplementedScorerServer
+	n *Node
+}
+
+func (s *service) ScoreBatch(ctx context.Context, req *pb.ScoreBatchRequest) (resp *pb.ScoreBatchResponse, err error) {
+	n := s.n
+	start := time.Now()
+	defer func() {
+		n.m.requests.WithLabelValues(status.Code(err).String()).Inc()
+		n.m.batchDuration.Observe(time.Since(start).Seconds())
+	}()
+	p := n.engine.Load()
+	switch {
+	case n.isDraining.Load():
+		n.m.errors.WithLabelValues(reasonUnavailable).Inc()
+		return nil, errDraining
+	case p == nil:
+		n.m.errors.WithLabelValues(reasonUnavailable).Inc()
+		return nil, status.Error(codes.Unavailable, "engine is loading")
+	}
+	eng := *p
+	info := eng.Info()
+	if err := validate(req, &n.cfg); err != nil {
+		n.m.errors.WithLabelValues(reasonInvalid).Inc()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	docs := make([]string, len(req.Items))
+	for i, it := range req.Items {
+		docs[i] = it.Text
+	}
+	opt := scorer.TokenizeOptions{
+		MaxDocTokens: int(req.GetOptions().GetMaxTokensPerItem()),
+		NoTruncate:   req.GetOptions().GetTruncation() == pb.Truncation_TRUNCATION_NONE,
+	}
+	// Tokenize on the caller's goroutine: calls tokenize in parallel, the worker only runs passes.
+	g, err := eng.Tokenize(req.Instruction, req.Query, docs, opt)
+	if err != nil {
+		n.m.errors.WithLabelValues(reasonTokenize).Inc()
+		return nil, status.Errorf(codes.InvalidArgument, "tokenize: %v", err)
+	}
+	if len(g.Items) != len(docs) || len(g.Truncated) != len(docs) || len(g.TooLong) != len(docs) {
+		n.m.errors.WithLabelValues(reasonTokenize).Inc()
+		return nil, status.Errorf(codes.Internal, "tokenize: engine returned %d items for %d documents", len(g.Items), len(docs))
+	}
+	if info.MaxTokens > 0 && len(g.Prefix) >= info.MaxTokens {
+		n.m.errors.WithLabelValues(reasonInvalid).Inc()
+		return nil, status.Errorf(codes.InvalidArgument, "query too long for the model: the prompt prefix is %d tokens, the limit is %d", len(g.Prefix), info.MaxTokens)
+	}
+
+	var r passResult
+	scorable := 0
+	for i := range g.Items {
+		if !g.TooLong[i] {
+			scorable++
+		}
+	}
+	if scorable > 0 {
+		j, err := n.sched.submit(ctx, eng, g)
+		if err != nil {
+			reason := reasonUnavailable
+			if status.Code(err) == codes.ResourceExhausted {
+				reason = reasonOverloaded
+			}
+			n.m.errors.WithLabelValues(reason).Inc()
+			return nil, err
+		}
+		select {
+		case r = <-j.done:
+		case <-ctx.Done():
+			n.sched.remove(j)
+			r = passResult{err: status.FromContextError(ctx.Err()).Err()}
+		}
+		if r.err != nil {
+			n.m.errors.WithLabelValues(errorReason(r.err)).Inc()
+			return nil, r.err
+		}
+		n.m.queueWait.Observe(r.queueWait.Seconds())
+		if len(g.Logits) != len(g.Items) {
+			n.m.errors.WithLabelValues(reasonForward).Inc()
+			return nil, status.Errorf(codes.Internal, "forward pass: engine returned %d logits for %d items", len(g.Logits), len(g.Items))
+		}
+	}
+	return n.reply(req, g, r, info), nil
+}
+
+func errorReason(err error) string {
+	switch status.Code(err) {
+	case codes.Canceled:
+		return reasonCancelled
+	case codes.DeadlineExceeded:
+		return reasonDeadline
+	case codes.Unavailable:
+		return reasonUnavailable
+	default:
+		return reasonForward
+	}
+}
+
+func (n *Node) reply(req *pb.ScoreBatchRequest, g *scorer.Group, r passResult, info scorer.Info) *pb.ScoreBatchResponse {
+	P := len(g.Prefix)
+	resp := &pb.ScoreBatchResponse{
+		Scores:   make([]*pb.ItemScore, len(req.Items)),
+		Usage:    &pb.Usage{},
+		Model:    info.Model,
+		NodeId:   n.nodeID,
+		Emulated: info.Emulated,
+	}
+	scored := 0
+	for i, it := range req.Items {
+		sc := &pb.ItemScore{Index: uint32(i), Id: it.Id, Tokens: uint32(len(g.Items[i])), TruncatedTokens: uint32(g.Truncated[i])}
+		resp.Usage.TokensTruncated += uint64(g.Truncated[i])
+		if g.TooLong[i] {
+			sc.Status = pb.ItemStatus_ITEM_STATUS_TOO_LONG
+			sc.Error = fmt.Sprintf("prompt longer than the model's limit of %d tokens and truncation is NONE", info.MaxTokens)
+			sc.Tokens = 0
+		} else {
+			scored++
+			l := g.Logits[i]
+			sc.Logit = l
+			sc.Score = float32(1 / (1 + math.Exp(-float64(l))))
+			sc.Status = pb.ItemStatus_ITEM_STATUS_OK
+			if g.Truncated[i] > 0 {
+				sc.Status = pb.ItemStatus_ITEM_STATUS_TRUNCATED
+			}
+			resp.Usage.PromptTokens += uint64(P + len(g.Items[i]))
+			resp.Usage.ItemTokens += uint64(len(g.Items[i]))
+		}
+		resp.Scores[i] = sc
+	}
+	if scored > 0 {
+		// The prefix is computed once (or not at all on a cache hit); every other item reuses it.
+		reused := uint64(scored-1) * uint64(P)
+		if g.PrefixCached {
+			reused += uint64(P)
+		} else {
+			resp.Usage.PrefixTokens = uint64(P)
+		}
+		resp.Usage.PrefixTokensReused = reused
+	}
+	l := n.sched.load()
+	resp.Load = &pb.NodeLoad{
+		QueuedCostSeconds:  l.QueuedCostSeconds,
+		RunningCostSeconds: l.RunningCostSeconds,
+		QueuedBatches:      uint32(l.QueuedBatches),
+		InflightBatches:    uint32(l.InflightBatches),
+		QueuedTokens:       uint64(l.QueuedTokens),
+		TokensPerSecond:    l.TokensPerSecond,
+	}
+	resp.Stats = &pb.BatchStats{
+		QueueSeconds:   r.queueWait.Seconds(),
+		ComputeSeconds: r.compute.Seconds(),
+		PrefixTokens:   uint32(P),
+		PrefixCached:   g.PrefixCached,
+		ItemTokens:     resp.Usage.ItemTokens,
+		MergedBatches:  uint32(r.merged),
+		ForwardTokens:  uint64(r.forwardTokens),
+		ForwardSeconds: r.forward.Seconds(),
+	}
+	return resp
+}
+
+// validate checks a request against the node's limits; the error names the problem.
+func validate(req *pb.ScoreBatchRequest, cfg *Config) error {
+	switch {
+	case req.Query == "":
+		return errors.New("query is empty")
+	case !utf8.ValidString(req.Query):
+		return errors.New("query is not valid UTF-8")
+	case !utf8.ValidString(req.Instruction):
+		return errors.New("instruction is not valid UTF-8")
+	case len(req.Items) == 0:
+		return errors.New("no items: a batch needs at least one")
+	case len(req.Items) > cfg.MaxItems:
+		return fmt.Errorf("too many items: %d, the limit is %d (max_items)", len(req.Items), cfg.MaxItems)
+	}
+	for i, it := range req.Items {
+		switch {
+		case it == nil:
+			return fmt.Errorf("item %d is missing", i)
+		case len(it.Text) > cfg.MaxItemBytes:
+			return fmt.Errorf("item %d: text is %d bytes, the limit is %d (max_item_bytes)", i, len(it.Text), cfg.MaxItemBytes)
+		case !utf8.ValidString(it.Text):
+			return fmt.Errorf("item %d: text is not valid UTF-8", i)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,386 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/relevance-scoring/relevance/scorer"
+)
+
+// job is one ScoreBatch call's group waiting for (or in) a forward pass.
+type job struct {
+	ctx      context.Context
+	group    *scorer.Group
+	tokens   int     // prefix + item tokens: its weight in a merged pass
+	est      float64 // engine's estimate for the group alone, seconds
+	enqueued time.Time
+	done     chan passResult // buffered: the worker never blocks on a caller that has gone
+}
+
+// passResult is what the worker tells one job.
+type passResult struct {
+	err           error
+	queueWait     time.Duration
+	compute       time.Duration // the pass's time × this job's share of its tokens
+	forward       time.Duration
+	forwardTokens int
+	merged        int
+}
+
+// loadSnapshot is the scheduler's backlog, as reported in NodeLoad and /v1/status.
+type loadSnapshot struct {
+	QueuedCostSeconds  float64
+	RunningCostSeconds float64
+	QueuedBatches      int
+	InflightBatches    int
+	QueuedTokens       int
+	TokensPerSecond    float64
+}
+
+// scheduler queues jobs and runs them on one worker goroutine, merging queued jobs FIFO into
+// one Engine.Forward up to a token budget. Engine.Forward uses every core itself, so one pass
+// at a time is the fastest schedule; merging amortises per-pass overhead under load.
+type scheduler struct {
+	maxBatchTokens int
+	maxQueue       int
+	m              *metrics
+	now            func() time.Time
+
+	mu           sync.Mutex
+	eng          scorer.Engine // nil until start
+	queue        []*job
+	queuedCost   float64
+	queuedTokens int
+	closed       bool // draining: no new jobs
+	running      []*job
+	runStart     time.Time
+	runEst       float64
+	tokPerSec    float64       // EWMA of computed tokens per second of forward time
+	changed      chan struct{} // closed and replaced on every state change (broadcast)
+
+	wake       chan struct{} // cap 1: work may be available
+	stopCh     chan struct{}
+	stopOnce   sync.Once
+	workerDone chan struct{}
+	baseCtx    context.Context // parent of every pass; cancelled by stop
+	cancelBase context.CancelFunc
+}
+
+func newScheduler(maxBatchTokens, maxQueue int) *scheduler {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &scheduler{
+		maxBatchTokens: maxBatchTokens,
+		maxQueue:       maxQueue,
+		now:            time.Now,
+		changed:        make(chan struct{}),
+		wake:           make(chan struct{}, 1),
+		stopCh:         make(chan struct{}),
+		workerDone:     make(chan struct{}),
+		baseCtx:        ctx,
+		cancelBase:     cancel,
+	}
+}
+
+// start runs the worker over eng. Call once.
+func (s *scheduler) start(eng scorer.Engine) {
+	s.mu.Lock()
+	s.eng = eng
+	s.mu.Unlock()
+	go s.run(eng)
+}
+
+// broadcastLocked wakes every waitIdle; s.mu must be held.
+func (s *scheduler) broadcastLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *scheduler) load() loadSnapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	run := 0.0
+	if len(s.running) > 0 {
+		run = max(0, s.runEst-s.now().Sub(s.runStart).Seconds())
+	}
+	return loadSnapshot{
+		QueuedCostSeconds:  s.queuedCost,
+		RunningCostSeconds: run,
+		QueuedBatches:      len(s.queue),
+		InflightBatches:    len(s.running),
+		QueuedTokens:       s.queuedTokens,
+		TokensPerSecond:    s.tokPerSec,
+	}
+}
+
+var (
+	errDraining  = status.Error(codes.Unavailable, "node is draining: not taking new batches")
+	errQueueFull = "queue full: %d batches waiting (max_queue_batches)"
+)
+
+// submit queues g for the caller whose ctx is given. It estimates on the caller's goroutine.
+func (s *scheduler) submit(ctx context.Context, eng scorer.Engine, g *scorer.Group) (*job, error) {
+	j := &job{
+		ctx:    ctx,
+		group:  g,
+		tokens: len(g.Prefix) + g.ItemTokens(),
+		est:    eng.EstimateSeconds([]*scorer.Group{g}),
+		done:   make(chan passResult, 1),
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errDraining
+	}
+	if len(s.queue) >= s.maxQueue {
+		n := len(s.queue)
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.ResourceExhausted, errQueueFull, n)
+	}
+	j.enqueued = s.now()
+	s.queue = append(s.queue, j)
+	s.queuedCost += j.est
+	s.queuedTokens += j.tokens
+	s.broadcastLocked()
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return j, nil
+}
+
+// remove drops j from the queue if it has not started (its caller has gone).
+func (s *scheduler) remove(j *job) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, q := range s.queue {
+		if q == j {
+			s.queue = append(s.queue[:i], s.queue[i+1:]...)
+			s.dequeuedLocked(j)
+			s.broadcastLocked()
+			return
+		}
+	}
+}
+
+// dequeuedLocked updates the queue totals after j left the queue; s.mu must be held.
+func (s *scheduler) dequeuedLocked(j *job) {
+	s.queuedCost -= j.est
+	s.queuedTokens -= j.tokens
+	if len(s.queue) == 0 { // no float drift on an empty queue
+		s.queuedCost, s.queuedTokens = 0, 0
+	}
+}
+
+// close stops taking new jobs (drain); queued and running work continues.
+func (s *scheduler) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.broadcastLocked()
+	s.mu.Unlock()
+}
+
+// waitIdle waits until nothing is queued or running, or ctx is done.
+func (s *scheduler) waitIdle(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		idle := len(s.queue) == 0 && len(s.running) == 0
+		ch := s.changed
+		s.mu.Unlock()
+		if idle {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// stop ends the worker: a running pass is cancelled and queued jobs fail with UNAVAILABLE.
+func (s *scheduler) stop() {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		started := s.eng != nil
+		s.mu.Unlock()
+		close(s.stopCh)
+		s.cancelBase()
+		if started {
+			<-s.workerDone
+		}
+		s.mu.Lock()
+		left := s.queue
+		s.queue = nil
+		s.queuedCost, s.queuedTokens = 0, 0
+		s.broadcastLocked()
+		s.mu.Unlock()
+		for _, j := range left {
+			j.done <- passResult{err: status.Error(codes.Unavailable, "node stopped before the batch ran")}
+		}
+	})
+}
+
+func (s *scheduler) run(eng scorer.Engine) {
+	defer close(s.workerDone)
+	for {
+		jobs := s.next(eng)
+		if jobs == nil {
+			return
+		}
+		s.runPass(eng, jobs)
+	}
+}
+
+// next blocks until jobs can run and takes them: FIFO, dropping jobs whose caller has gone or
+// that cannot meet their deadline, merging while the token budget holds. nil means stop.
+func (s *scheduler) next(eng scorer.Engine) []*job {
+	for {
+		select {
+		case <-s.stopCh:
+			return nil
+		default:
+		}
+		s.mu.Lock()
+		var take, failed []*job
+		var failErr []error
+		tokens := 0
+		now := s.now()
+		for len(s.queue) > 0 {
+			j := s.queue[0]
+			if err := j.ctx.Err(); err != nil {
+				s.queue = s.queue[1:]
+				s.dequeuedLocked(j)
+				failed, failErr = append(failed, j), append(failErr, err)
+				continue
+			}
+			if dl, ok := j.ctx.Deadline(); ok && j.est > 0 && now.Add(time.Duration(j.est*float64(time.Second))).After(dl) {
+				s.queue = s.queue[1:]
+				s.dequeuedLocked(j)
+				failed = append(failed, j)
+				failErr = append(failErr, status.Errorf(codes.DeadlineExceeded,
+					"batch cannot finish before its deadline: estimated %.3fs of compute, %.3fs left", j.est, dl.Sub(now).Seconds()))
+				continue
+			}
+			if len(take) > 0 && tokens+j.tokens > s.maxBatchTokens {
+				break // FIFO: later jobs wait rather than overtake
+			}
+			take = append(take, j)
+			tokens += j.tokens
+			s.queue = s.queue[1:]
+			s.dequeuedLocked(j)
+		}
+		if len(take) > 0 {
+			groups := make([]*scorer.Group, len(take))
+			for i, j := range take {
+				groups[i] = j.group
+			}
+			s.running = take
+			s.runStart = now
+			s.runEst = eng.EstimateSeconds(groups)
+		}
+		if len(failed) > 0 || len(take) > 0 {
+			s.broadcastLocked()
+		}
+		s.mu.Unlock()
+		for i, j := range failed {
+			err := failErr[i]
+			if _, ok := status.FromError(err); !ok || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				err = status.FromContextError(err).Err()
+			}
+			j.done <- passResult{err: err, queueWait: now.Sub(j.enqueued)}
+		}
+		if len(take) > 0 {
+			return take
+		}
+		select {
+		case <-s.wake:
+		case <-s.stopCh:
+			return nil
+		}
+	}
+}
+
+// runPass runs one forward pass over jobs and replies to each.
+func (s *scheduler) runPass(eng scorer.Engine, jobs []*job) {
+	ctx, cancel := context.WithCancel(s.baseCtx)
+	defer cancel()
+	// Cancel the pass once every caller in it has gone: no work for nobody.
+	var live atomic.Int32
+	live.Store(int32(len(jobs)))
+	stops := make([]func() bool, len(jobs))
+	groups := make([]*scorer.Group, len(jobs))
+	for i, j := range jobs {
+		groups[i] = j.group
+		stops[i] = context.AfterFunc(j.ctx, func() {
+			if live.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	start := s.now()
+	st, err := eng.Forward(ctx, groups)
+	dur := s.now().Sub(start)
+	for _, stop := range stops {
+		stop()
+	}
+	if st.Duration <= 0 {
+		st.Duration = dur
+	}
+
+	total := 0
+	for _, j := range jobs {
+		total += j.tokens
+	}
+	computed := st.PrefixTokens + st.ItemTokens
+	if computed == 0 {
+		computed = total
+	}
+	if s.m != nil {
+		s.m.observePass(st, len(jobs), dur.Seconds())
+	}
+
+	s.mu.Lock()
+	s.running = nil
+	if err == nil && dur > 0 {
+		const alpha = 0.3
+		tps := float64(computed) / dur.Seconds()
+		if s.tokPerSec == 0 {
+			s.tokPerSec = tps
+		} else {
+			s.tokPerSec = alpha*tps + (1-alpha)*s.tokPerSec
+		}
+	}
+	s.broadcastLocked()
+	s.mu.Unlock()
+
+	for _, j := range jobs {
+		r := passResult{
+			queueWait:     start.Sub(j.enqueued),
+			forward:       dur,
+			forwardTokens: computed,
+			merged:        len(jobs),
+		}
+		switch {
+		case err == nil:
+			if total > 0 {
+				r.compute = time.Duration(float64(dur) * float64(j.tokens) / float64(total))
+			}
+		case j.ctx.Err() != nil:
+			r.err = status.FromContextError(j.ctx.Err()).Err()
+		case s.baseCtx.Err() != nil:
+			r.err = status.Error(codes.Unavailable, "node stopped during the forward pass")
+		default:
+			r.err = status.Error(codes.Internal, fmt.Sprintf("forward pass: %v", err))
+		}
+		j.done <- r
+	}
+}

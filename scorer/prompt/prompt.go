@@ -1,0 +1,147 @@
+// Package prompt builds the Qwen3-Reranker prompt of a (query, documents) batch as token ids,
+// split into the shared prefix and each document's own tokens:
+//
+//	<|im_start|>system\n{System}<|im_end|>\n<|im_start|>user\n            template head (exact ids)
+//	<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}    body, EncodePlain as one string
+//	<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n            template tail (exact ids)
+//
+// The body is tokenized as one string, as the reference implementation does, with EncodePlain so
+// that user text never becomes control tokens. The prefix boundary is taken in token space: the
+// tokens of the body up to "<Document>:" are checked to begin every document's body tokens (with
+// byte-level BPE the space after ':' joins the document's first word), and the prefix is shortened
+// to the common part if a document ever disagrees. So Prefix+Items[i] is always exactly the token
+// sequence of item i's whole prompt tokenized alone (Whole).
+//
+// A Builder is immutable and safe for concurrent use.
+package prompt
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/relevance-scoring/relevance/scorer"
+	"github.com/relevance-scoring/relevance/tokenizer"
+)
+
+// System is the reranker's system prompt.
+const System = `Judge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be "yes" or "no".`
+
+// DefaultInstruction is used when a request gives none.
+const DefaultInstruction = "Given a web search query, retrieve relevant passages that answer the query"
+
+// The template around the body; their special tokens are matched as added tokens.
+const (
+	HeadText = "<|im_start|>system\n" + System + "<|im_end|>\n<|im_start|>user\n"
+	TailText = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+)
+
+// Builder tokenizes prompts for one tokenizer and token limit.
+type Builder struct {
+	tok        *tokenizer.Tokenizer
+	maxTokens  int
+	head, tail []int32
+}
+
+// New returns a builder. maxTokens caps a whole prompt (prefix + item); ≤ 0 means no limit.
+func New(tok *tokenizer.Tokenizer, maxTokens int) *Builder {
+	return &Builder{tok: tok, maxTokens: maxTokens, head: tok.Encode(HeadText), tail: tok.Encode(TailText)}
+}
+
+// MaxTokens is the prompt limit (0: none).
+func (b *Builder) MaxTokens() int { return max(b.maxTokens, 0) }
+
+// TemplateTokens is the number of template tokens around the body (head + tail).
+func (b *Builder) TemplateTokens() int { return len(b.head) + len(b.tail) }
+
+func bodyPrefix(instruction, query string) string {
+	if instruction == "" {
+		instruction = DefaultInstruction
+	}
+	return "<Instruct>: " + instruction + "\n<Query>: " + query + "\n<Document>:"
+}
+
+// Whole returns the tokens of one whole prompt, tokenized alone and never truncated: the
+// reference that Build's Prefix+Items[i] equals.
+func (b *Builder) Whole(instruction, query, doc string) []int32 {
+	out := append([]int32(nil), b.head...)
+	out = append(out, b.tok.EncodePlain(bodyPrefix(instruction, query)+" "+doc)...)
+	return append(out, b.tail...)
+}
+
+// ErrEmptyQuery is returned (wrapped) for an empty query.
+var ErrEmptyQuery = errors.New("query is empty")
+
+// Build tokenizes one query's batch. A document over the limit (the builder's prompt limit, or
+// opt.MaxDocTokens document tokens) is cut at the end of its document tokens, keeping the tail
+// template whole (as transformers' truncation="only_first" does on the body ids), and
+// Truncated[i] records how many tokens were cut; with opt.NoTruncate it is marked TooLong and
+// gets no tokens instead. A query whose prompt leaves no room for a document is an error.
+func (b *Builder) Build(instruction, query string, docs []string, opt scorer.TokenizeOptions) (*scorer.Group, error) {
+	if strings.TrimSpace(query) == "" {
+		return nil, fmt.Errorf("build prompt: %w", ErrEmptyQuery)
+	}
+	if opt.MaxDocTokens < 0 {
+		return nil, fmt.Errorf("build prompt: max doc tokens must be ≥ 0, got %d", opt.MaxDocTokens)
+	}
+	bp := bodyPrefix(instruction, query)
+	pt := b.tok.EncodePlain(bp)
+	fulls := make([][]int32, len(docs))
+	p := len(pt)
+	for i, d := range docs {
+		fulls[i] = b.tok.EncodePlain(bp + " " + d)
+		p = min(p, commonPrefix(pt, fulls[i]))
+	}
+	g := &scorer.Group{
+		Prefix:    append(append([]int32(nil), b.head...), pt[:p]...),
+		Items:     make([][]int32, len(docs)),
+		Truncated: make([]int, len(docs)),
+		TooLong:   make([]bool, len(docs)),
+	}
+	for i, full := range fulls {
+		// Document tokens start after the body prefix's tokens (or at the shortened boundary in
+		// the rare case the document's tokens disagree with them).
+		docStart := p
+		if commonPrefix(pt, full) == len(pt) {
+			docStart = len(pt)
+		}
+		nDoc := len(full) - docStart
+		allowed := nDoc
+		if opt.MaxDocTokens > 0 {
+			allowed = min(allowed, opt.MaxDocTokens)
+		}
+		if b.maxTokens > 0 {
+			room := b.maxTokens - len(b.head) - docStart - len(b.tail)
+			if room < 0 {
+				return nil, fmt.Errorf("build prompt: the query, instruction and template take %d tokens, over the limit of %d", len(b.head)+docStart+len(b.tail), b.maxTokens)
+			}
+			allowed = min(allowed, room)
+		}
+		if allowed < nDoc {
+			if opt.NoTruncate {
+				g.TooLong[i] = true
+				continue
+			}
+			g.Truncated[i] = nDoc - allowed
+		}
+		item := make([]int32, 0, docStart+allowed-p+len(b.tail))
+		item = append(item, full[p:docStart+allowed]...)
+		item = append(item, b.tail...)
+		// Re-check the cut: the whole prompt must fit.
+		if b.maxTokens > 0 && len(g.Prefix)+len(item) > b.maxTokens {
+			return nil, fmt.Errorf("build prompt: document %d: %d tokens after truncation exceed %d", i, len(g.Prefix)+len(item), b.maxTokens)
+		}
+		g.Items[i] = item
+	}
+	return g, nil
+}
+
+func commonPrefix(a, b []int32) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}

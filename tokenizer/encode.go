@@ -1,0 +1,132 @@
+package tokenizer
+
+import (
+	"hash/maphash"
+	"strings"
+	"sync"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// Encode tokenizes text the way Hugging Face does by default: added tokens (<|im_start|>,
+// <think>, ...) written in the text map to their ids; the text between them is normalized,
+// pre-tokenized and merged.
+func (t *Tokenizer) Encode(text string) []int32 {
+	if len(t.added) == 0 {
+		return t.EncodePlain(text)
+	}
+	dst := make([]int32, 0, len(text)/3+4)
+	start := 0
+	for i := 0; i < len(text); i++ {
+		cands := t.addedFirst[text[i]]
+		if cands == nil {
+			continue
+		}
+		for _, a := range cands {
+			if strings.HasPrefix(text[i:], a.Content) {
+				dst = t.appendPlain(dst, text[start:i])
+				dst = append(dst, a.ID)
+				i += len(a.Content) - 1
+				start = i + 1
+				break
+			}
+		}
+	}
+	return t.appendPlain(dst, text[start:])
+}
+
+// EncodePlain tokenizes text with no added-token matching: "<|im_start|>" in the text is
+// ordinary characters. Use it for user-supplied strings inside a prompt template.
+func (t *Tokenizer) EncodePlain(text string) []int32 {
+	return t.appendPlain(make([]int32, 0, len(text)/3+4), text)
+}
+
+// AppendPlain is EncodePlain that appends to dst, for callers that build one sequence from
+// several parts without intermediate slices.
+func (t *Tokenizer) AppendPlain(dst []int32, text string) []int32 {
+	return t.appendPlain(dst, text)
+}
+
+func (t *Tokenizer) appendPlain(dst []int32, text string) []int32 {
+	if len(text) == 0 {
+		return dst
+	}
+	if t.nfc && !isASCII(text) && !norm.NFC.IsNormalString(text) {
+		text = norm.NFC.String(text)
+	}
+	for i := 0; i < len(text); {
+		j := nextPiece(text, i)
+		dst = t.appendWord(dst, text[i:j])
+		i = j
+	}
+	return dst
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// appendWord appends the BPE ids of one pre-token, through the word cache for words of
+// cacheable length (single bytes need no cache, long words rarely repeat).
+func (t *Tokenizer) appendWord(dst []int32, word string) []int32 {
+	if len(word) == 1 {
+		return append(dst, t.byteID[word[0]])
+	}
+	if len(word) > maxCachedWord || t.cache == nil {
+		return t.appendBPE(dst, word)
+	}
+	h := maphash.String(t.cache.seed, word)
+	sh := &t.cache.shards[h%cacheShards]
+	sh.mu.RLock()
+	ids, ok := sh.m[word]
+	sh.mu.RUnlock()
+	if ok {
+		return append(dst, ids...)
+	}
+	n := len(dst)
+	dst = t.appendBPE(dst, word)
+	sh.put(strings.Clone(word), append([]int32(nil), dst[n:]...))
+	return dst
+}
+
+// wordCache memoizes BPE results per pre-token. It is bounded: a shard that fills up is emptied
+// (cheap, and frequent words come back at once), so memory stays under roughly
+// cacheShards × shardCap × (word + ids) bytes.
+type wordCache struct {
+	seed   maphash.Seed
+	shards [cacheShards]cacheShard
+}
+
+const (
+	cacheShards   = 32
+	shardCap      = 2048
+	maxCachedWord = 64
+)
+
+type cacheShard struct {
+	mu sync.RWMutex
+	m  map[string][]int32
+	_  [40]byte // keep shards on separate cache lines
+}
+
+func newWordCache() *wordCache {
+	c := &wordCache{seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string][]int32)
+	}
+	return c
+}
+
+func (s *cacheShard) put(word string, ids []int32) {
+	s.mu.Lock()
+	if len(s.m) >= shardCap {
+		clear(s.m)
+	}
+	s.m[word] = ids
+	s.mu.Unlock()
+}

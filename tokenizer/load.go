@@ -1,0 +1,417 @@
+package tokenizer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+)
+
+// Tokenizer is a loaded byte-level BPE tokenizer. It is immutable after Load (apart from an
+// internal, bounded word cache) and safe for concurrent use.
+type Tokenizer struct {
+	vocab  map[string]int32 // token text as stored (byte-level characters) -> id, model vocab only
+	tokens []string         // id -> token text; "" where the id is unused or an added token
+
+	added       []addedToken       // sorted by id
+	addedByText map[string]int32   // content -> id
+	addedFirst  [256][]*addedToken // candidates by first byte, longest content first
+
+	merges       pairTable
+	byteID       [256]int32 // id of the single-byte token for each byte
+	ignoreMerges bool       // a word that is a whole vocab entry maps to it directly
+	nfc          bool       // normalizer is NFC (otherwise none)
+	vocabSize    int
+
+	decodeOnce sync.Once
+	decodeOff  []uint32 // id -> offset of its bytes in decodeBuf; len = vocabSize+1
+	decodeBuf  []byte
+
+	cache *wordCache
+}
+
+type addedToken struct {
+	ID         int32  `json:"id"`
+	Content    string `json:"content"`
+	SingleWord bool   `json:"single_word"`
+	LStrip     bool   `json:"lstrip"`
+	RStrip     bool   `json:"rstrip"`
+	Normalized bool   `json:"normalized"`
+	Special    bool   `json:"special"`
+}
+
+// qwenPattern is the Split regex of the Qwen2/Qwen3 pre-tokenizer, which scan.go implements.
+const qwenPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+
+// LoadFile loads a tokenizer.json file, or the tokenizer.json inside a model folder.
+func LoadFile(path string) (*Tokenizer, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("load tokenizer: %w", err)
+	}
+	if fi.IsDir() {
+		path = filepath.Join(path, "tokenizer.json")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load tokenizer: %w", err)
+	}
+	t, err := Load(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+// Load parses the bytes of a Hugging Face tokenizer.json. It accepts the byte-level BPE family of
+// Qwen2/Qwen3: model type BPE (merges as "a b" strings or ["a","b"] pairs), an NFC or absent
+// normalizer, the Qwen split pattern followed by ByteLevel (or ByteLevel alone with its regex),
+// and added tokens. Anything else is reported as unsupported rather than tokenized wrongly.
+func Load(data []byte) (*Tokenizer, error) {
+	t := &Tokenizer{addedByText: map[string]int32{}, cache: newWordCache()}
+	s := &jsonScanner{data: data}
+	var (
+		sawModel           bool
+		rawAdded, rawNorm  []byte
+		rawPre, rawDecoder []byte
+		mergesSeen         bool
+	)
+	err := s.object(func(key string) error {
+		var err error
+		switch key {
+		case "added_tokens":
+			rawAdded, err = s.skipValue()
+		case "normalizer":
+			rawNorm, err = s.skipValue()
+		case "pre_tokenizer":
+			rawPre, err = s.skipValue()
+		case "decoder":
+			rawDecoder, err = s.skipValue()
+		case "model":
+			sawModel = true
+			mergesSeen, err = t.parseModel(s)
+			if err != nil {
+				err = fmt.Errorf("model: %w", err)
+			}
+		default:
+			_, err = s.skipValue()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("parse tokenizer.json: %w", err)
+	}
+	if s.peek() != 0 {
+		return nil, fmt.Errorf("parse tokenizer.json: %w", errTrailing)
+	}
+	if !sawModel || t.vocab == nil {
+		return nil, errors.New("parse tokenizer.json: no model.vocab")
+	}
+	if !mergesSeen {
+		return nil, errors.New("parse tokenizer.json: no model.merges")
+	}
+	if err := t.setNormalizer(rawNorm); err != nil {
+		return nil, err
+	}
+	if err := checkPreTokenizer(rawPre); err != nil {
+		return nil, err
+	}
+	if err := checkDecoder(rawDecoder); err != nil {
+		return nil, err
+	}
+	if err := t.setAdded(rawAdded); err != nil {
+		return nil, err
+	}
+	for b := range 256 {
+		id, ok := t.vocab[string(byteToRune[b])]
+		if !ok {
+			return nil, fmt.Errorf("model.vocab: no token for byte 0x%02x (%q): not a byte-level BPE vocabulary", b, byteToRune[b])
+		}
+		t.byteID[b] = id
+	}
+	return t, nil
+}
+
+// parseModel reads the model object; it reports whether merges were present.
+func (t *Tokenizer) parseModel(s *jsonScanner) (bool, error) {
+	var (
+		rawMerges []byte
+		typ       string
+	)
+	err := s.object(func(key string) error {
+		switch key {
+		case "type":
+			b, err := s.str()
+			typ = string(b)
+			return err
+		case "vocab":
+			return t.parseVocab(s)
+		case "merges":
+			// Merges refer to vocab entries; the vocab usually comes first, but JSON objects
+			// are unordered, so keep the raw bytes and parse after the object.
+			var err error
+			rawMerges, err = s.skipValue()
+			return err
+		case "byte_fallback":
+			raw, err := s.skipValue()
+			if err == nil && string(raw) == "true" {
+				return errors.New("byte_fallback=true is not supported (byte-level BPE needs none)")
+			}
+			return err
+		case "ignore_merges":
+			raw, err := s.skipValue()
+			t.ignoreMerges = string(raw) == "true"
+			return err
+		case "continuing_subword_prefix", "end_of_word_suffix":
+			if s.isNull() {
+				return nil
+			}
+			b, err := s.str()
+			if err == nil && len(b) > 0 {
+				return fmt.Errorf("%s=%q is not supported", key, b)
+			}
+			return err
+		default:
+			_, err := s.skipValue()
+			return err
+		}
+	})
+	if err != nil {
+		return false, err
+	}
+	if typ != "" && typ != "BPE" {
+		return false, fmt.Errorf("type %q is not supported, want BPE", typ)
+	}
+	if t.vocab == nil {
+		return false, errors.New("no vocab")
+	}
+	if rawMerges == nil {
+		return false, nil
+	}
+	return true, t.parseMerges(rawMerges)
+}
+
+func (t *Tokenizer) parseVocab(s *jsonScanner) error {
+	t.vocab = make(map[string]int32, 1<<17)
+	maxID := int32(-1)
+	err := s.object(func(key string) error {
+		id, err := s.int()
+		if err != nil {
+			return fmt.Errorf("vocab %q: %w", key, err)
+		}
+		if prev, dup := t.vocab[key]; dup {
+			return fmt.Errorf("vocab %q: listed twice (ids %d and %d)", key, prev, id)
+		}
+		t.vocab[key] = id
+		maxID = max(maxID, id)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("vocab: %w", err)
+	}
+	if len(t.vocab) == 0 {
+		return errors.New("vocab: empty")
+	}
+	t.tokens = make([]string, maxID+1)
+	for k, id := range t.vocab {
+		if t.tokens[id] != "" {
+			return fmt.Errorf("vocab: id %d used by both %q and %q", id, t.tokens[id], k)
+		}
+		t.tokens[id] = k
+	}
+	return nil
+}
+
+func (t *Tokenizer) parseMerges(raw []byte) error {
+	s := &jsonScanner{data: raw}
+	t.merges = newPairTable(bytes.Count(raw, []byte{','}) / 2)
+	var abuf, cat []byte
+	err := s.array(func(i int) error {
+		var a, b []byte
+		switch s.peek() {
+		case '"': // legacy form "a b"
+			line, err := s.str()
+			if err != nil {
+				return err
+			}
+			sp := bytes.IndexByte(line, ' ')
+			if sp <= 0 || sp == len(line)-1 || bytes.IndexByte(line[sp+1:], ' ') >= 0 {
+				return fmt.Errorf("merge %d: %q is not two tokens separated by one space", i, line)
+			}
+			a, b = line[:sp], line[sp+1:]
+		case '[': // newer form ["a", "b"]
+			s.pos++
+			x, err := s.str()
+			if err != nil {
+				return err
+			}
+			abuf = append(abuf[:0], x...) // x may point into the scratch buffer the next str reuses
+			if err := s.expect(','); err != nil {
+				return err
+			}
+			y, err := s.str()
+			if err != nil {
+				return err
+			}
+			if err := s.expect(']'); err != nil {
+				return fmt.Errorf("merge %d: want a pair: %w", i, err)
+			}
+			a, b = abuf, y
+		default:
+			return fmt.Errorf("merge %d: want a string or a pair", i)
+		}
+		ida, ok := t.vocab[string(a)]
+		if !ok {
+			return fmt.Errorf("merge %d: token %q is not in the vocab", i, a)
+		}
+		idb, ok := t.vocab[string(b)]
+		if !ok {
+			return fmt.Errorf("merge %d: token %q is not in the vocab", i, b)
+		}
+		cat = append(append(cat[:0], a...), b...)
+		idab, ok := t.vocab[string(cat)]
+		if !ok {
+			return fmt.Errorf("merge %d: merged token %q is not in the vocab", i, cat)
+		}
+		t.merges.put(ida, idb, uint32(i), idab)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("merges: %w", err)
+	}
+	if s.peek() != 0 {
+		return errors.New("merges: trailing data")
+	}
+	return nil
+}
+
+func (t *Tokenizer) setNormalizer(raw []byte) error {
+	if raw == nil || string(raw) == "null" {
+		return nil
+	}
+	var n struct {
+		Type        string            `json:"type"`
+		Normalizers []json.RawMessage `json:"normalizers"`
+	}
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return fmt.Errorf("normalizer: %w", err)
+	}
+	switch n.Type {
+	case "NFC":
+		t.nfc = true
+		return nil
+	case "Sequence":
+		for _, sub := range n.Normalizers {
+			if err := t.setNormalizer(sub); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("normalizer: type %q is not supported (only NFC)", n.Type)
+}
+
+type preTokJSON struct {
+	Type    string `json:"type"`
+	Pattern struct {
+		Regex  *string `json:"Regex"`
+		String *string `json:"String"`
+	} `json:"pattern"`
+	Behavior       string       `json:"behavior"`
+	Invert         bool         `json:"invert"`
+	AddPrefixSpace bool         `json:"add_prefix_space"`
+	UseRegex       *bool        `json:"use_regex"`
+	PreTokenizers  []preTokJSON `json:"pretokenizers"`
+}
+
+// checkPreTokenizer accepts exactly the Qwen pipeline: Split(qwenPattern, Isolated) then
+// ByteLevel without its own regex. Other patterns would need another scanner.
+func checkPreTokenizer(raw []byte) error {
+	if raw == nil || string(raw) == "null" {
+		return errors.New("pre_tokenizer: missing; want the Qwen Split + ByteLevel sequence")
+	}
+	var p preTokJSON
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return fmt.Errorf("pre_tokenizer: %w", err)
+	}
+	steps := []preTokJSON{p}
+	if p.Type == "Sequence" {
+		steps = p.PreTokenizers
+	}
+	ok := len(steps) == 2 &&
+		steps[0].Type == "Split" && steps[0].Pattern.Regex != nil && *steps[0].Pattern.Regex == qwenPattern &&
+		steps[0].Behavior == "Isolated" && !steps[0].Invert &&
+		steps[1].Type == "ByteLevel" && !steps[1].AddPrefixSpace && steps[1].UseRegex != nil && !*steps[1].UseRegex
+	if !ok {
+		return fmt.Errorf("pre_tokenizer: unsupported %s; want Split(Qwen pattern, Isolated) + ByteLevel(use_regex=false, add_prefix_space=false)", raw)
+	}
+	return nil
+}
+
+func checkDecoder(raw []byte) error {
+	if raw == nil || string(raw) == "null" {
+		return nil
+	}
+	var d struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return fmt.Errorf("decoder: %w", err)
+	}
+	if d.Type != "ByteLevel" {
+		return fmt.Errorf("decoder: type %q is not supported, want ByteLevel", d.Type)
+	}
+	return nil
+}
+
+func (t *Tokenizer) setAdded(raw []byte) error {
+	t.vocabSize = len(t.tokens)
+	if raw == nil || string(raw) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(raw, &t.added); err != nil {
+		return fmt.Errorf("added_tokens: %w", err)
+	}
+	slices.SortFunc(t.added, func(a, b addedToken) int { return int(a.ID - b.ID) })
+	for i := range t.added {
+		a := &t.added[i]
+		if a.Content == "" {
+			return fmt.Errorf("added_tokens: id %d has empty content", a.ID)
+		}
+		if a.ID < 0 {
+			return fmt.Errorf("added_tokens: %q has negative id %d", a.Content, a.ID)
+		}
+		if a.SingleWord || a.LStrip || a.RStrip {
+			return fmt.Errorf("added_tokens: %q: single_word, lstrip and rstrip are not supported", a.Content)
+		}
+		if prev, dup := t.addedByText[a.Content]; dup && prev != a.ID {
+			return fmt.Errorf("added_tokens: %q listed with ids %d and %d", a.Content, prev, a.ID)
+		}
+		t.addedByText[a.Content] = a.ID
+		t.vocabSize = max(t.vocabSize, int(a.ID)+1)
+		fb := a.Content[0]
+		t.addedFirst[fb] = append(t.addedFirst[fb], a)
+	}
+	for i := range t.addedFirst {
+		// Longest first: Hugging Face matches added tokens leftmost-longest.
+		slices.SortStableFunc(t.addedFirst[i], func(a, b *addedToken) int { return len(b.Content) - len(a.Content) })
+	}
+	return nil
+}
+
+// TokenID returns the id of a token given as it appears in tokenizer.json (a vocab entry in
+// byte-level characters, e.g. "yes" or "Ġyes", or an added token such as "<|im_end|>").
+func (t *Tokenizer) TokenID(tok string) (int32, bool) {
+	if id, ok := t.addedByText[tok]; ok {
+		return id, true
+	}
+	id, ok := t.vocab[tok]
+	return id, ok
+}
+
+// VocabSize is the highest token id + 1, added tokens included.
+func (t *Tokenizer) VocabSize() int { return t.vocabSize }

@@ -1,0 +1,77 @@
+package tokenizer
+
+import "math/bits"
+
+// pairTable maps an adjacent token pair (left id, right id) to its merge rank and the id of the
+// merged token. It is an open-addressing hash table with linear probing: the BPE inner loop does
+// one lookup per candidate pair, and this is several times faster than a Go map for uint64 keys.
+// Read-only after build, so safe for concurrent readers.
+type pairTable struct {
+	keys  []uint64 // pairKey(a, b); emptyKey marks a free slot
+	vals  []uint64 // rank<<32 | merged id
+	shift uint8    // 64 - log2(len(keys))
+	n     int
+}
+
+// emptyKey cannot be a real key: ids are < 2^31, so the high bit of each half is never set.
+const emptyKey = ^uint64(0)
+
+// noRank is the rank of a pair that has no merge.
+const noRank = ^uint32(0)
+
+func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
+
+func newPairTable(capacity int) pairTable {
+	size := 1
+	for size < capacity*2 || size < 16 {
+		size <<= 1
+	}
+	t := pairTable{
+		keys:  make([]uint64, size),
+		vals:  make([]uint64, size),
+		shift: uint8(64 - bits.TrailingZeros(uint(size))),
+	}
+	for i := range t.keys {
+		t.keys[i] = emptyKey
+	}
+	return t
+}
+
+func (t *pairTable) slot(k uint64) uint64 { return (k * 0x9E3779B97F4A7C15) >> t.shift }
+
+// put inserts or overwrites a pair. A later duplicate merge overwrites an earlier one, as in
+// Hugging Face's BPE builder (it collects the merges into a hash map in file order).
+func (t *pairTable) put(a, b int32, rank uint32, merged int32) {
+	k := pairKey(a, b)
+	mask := uint64(len(t.keys) - 1)
+	for i := t.slot(k); ; i = (i + 1) & mask {
+		switch t.keys[i] {
+		case emptyKey:
+			t.keys[i] = k
+			t.vals[i] = uint64(rank)<<32 | uint64(uint32(merged))
+			t.n++
+			return
+		case k:
+			t.vals[i] = uint64(rank)<<32 | uint64(uint32(merged))
+			return
+		}
+	}
+}
+
+// get returns the rank and merged id of (a, b), or noRank.
+func (t *pairTable) get(a, b int32) (rank uint32, merged int32) {
+	if len(t.keys) == 0 {
+		return noRank, -1
+	}
+	k := pairKey(a, b)
+	mask := uint64(len(t.keys) - 1)
+	for i := t.slot(k); ; i = (i + 1) & mask {
+		switch t.keys[i] {
+		case k:
+			v := t.vals[i]
+			return uint32(v >> 32), int32(uint32(v))
+		case emptyKey:
+			return noRank, -1
+		}
+	}
+}
