@@ -14,11 +14,12 @@ func siluMulAVX512(dst, gate, up *float32, n int)
 // haveActAsm reports whether the AVX-512 elementwise kernels may run now.
 func haveActAsm() bool { return activeISA() >= isaAVX512 }
 
-// The *Asm functions run the assembly over the multiple-of-16 head of the slices and return how
-// many elements they did; the callers finish the tail with the generic code.
+// The *Asm functions run the assembly and return how many elements they did; the callers finish
+// the rest with the generic code. expScaleSum and max do all (tails under a mask), siluMul the
+// multiple-of-16 head.
 
 func expScaleSumAsm(x []float32, scale, sub float32) (int, float32) {
-	n := len(x) &^ 15
+	n := len(x)
 	if n == 0 {
 		return 0, 0
 	}
@@ -32,7 +33,7 @@ func expScaleSumAsm(x []float32, scale, sub float32) (int, float32) {
 }
 
 func maxAsm(x []float32) (int, float32) {
-	n := len(x) &^ 15
+	n := len(x)
 	if n == 0 {
 		return 0, 0
 	}

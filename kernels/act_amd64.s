@@ -41,7 +41,8 @@
 	VSCALEFPS t, out, out
 
 // func expScaleSumAVX512(x *float32, n int, scale, sub float32, sum *[16]float32)
-// x[i] = exp(x[i]·scale - sub) for i < n (n a multiple of 16); *sum = the 16 lane sums.
+// x[i] = exp(x[i]·scale - sub) for i < n; *sum = the 16 lane sums. The last n mod 16 values
+// are done under a mask.
 TEXT ·expScaleSumAVX512(SB), NOSPLIT, $0-32
 	MOVQ x+0(FP), SI
 	MOVQ n+8(FP), CX
@@ -50,8 +51,10 @@ TEXT ·expScaleSumAVX512(SB), NOSPLIT, $0-32
 	MOVQ sum+24(FP), DI
 	EXP_CONSTS
 	VXORPS Z18, Z18, Z18
+	MOVQ CX, BX
+	ANDQ $15, BX
 	SHRQ $4, CX
-	JZ   done
+	JZ   tail
 loop:
 	VMOVUPS (SI), Z0
 	VMULPS Z16, Z0, Z0
@@ -62,27 +65,53 @@ loop:
 	ADDQ $64, SI
 	DECQ CX
 	JNZ  loop
+tail:
+	TESTQ BX, BX
+	JZ    done
+	MOVQ BX, CX
+	MOVL $1, AX
+	SHLL CX, AX
+	DECL AX
+	KMOVW AX, K1
+	VMOVUPS.Z (SI), K1, Z0
+	VMULPS Z16, Z0, Z0
+	VSUBPS Z17, Z0, Z0
+	EXP(Z0, Z1, Z2)
+	VMOVUPS Z1, K1, (SI)
+	VADDPS Z1, Z18, K1, Z18
 done:
 	VMOVUPS Z18, (DI)
 	VZEROUPPER
 	RET
 
 // func maxAVX512(x *float32, n int, out *[16]float32)
-// *out = the 16 lane maxima of x[:n] (n a multiple of 16, ≥ 16).
+// *out = the 16 lane maxima of x[:n] (lanes that saw no value hold -Inf).
 TEXT ·maxAVX512(SB), NOSPLIT, $0-24
 	MOVQ x+0(FP), SI
 	MOVQ n+8(FP), CX
 	MOVQ out+16(FP), DI
-	VMOVUPS (SI), Z0
-	ADDQ $64, SI
+	MOVL $0xff800000, AX
+	VPBROADCASTD AX, Z0
+	MOVQ CX, BX
+	ANDQ $15, BX
 	SHRQ $4, CX
-	DECQ CX
-	JZ   done
+	JZ   tail
 loop:
 	VMAXPS (SI), Z0, Z0
 	ADDQ $64, SI
 	DECQ CX
 	JNZ  loop
+tail:
+	TESTQ BX, BX
+	JZ    done
+	VMOVAPS Z0, Z1
+	MOVQ BX, CX
+	MOVL $1, AX
+	SHLL CX, AX
+	DECL AX
+	KMOVW AX, K1
+	VMOVUPS (SI), K1, Z1
+	VMAXPS Z1, Z0, Z0
 done:
 	VMOVUPS Z0, (DI)
 	VZEROUPPER

@@ -59,4 +59,3 @@ func attendHeadReference(out []float32, a *PrefixAttention, s, h int, scores []f
 	}
 	return scores
 }
-

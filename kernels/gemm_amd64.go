@@ -3,7 +3,6 @@
 package kernels
 
 import (
-	"os"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -23,6 +22,9 @@ var (
 	ncMax = 512
 	// mcMax bounds the rows of one Linear task so big-m products still give many tasks.
 	mcMax = 240
+	// minFlopsPerWorker: below this much work per goroutine, starting and waking one costs
+	// more than it saves (about 10 µs of kernel time).
+	minFlopsPerWorker = 1 << 20
 	// panelOuter: loop panels outside micro-tiles (B micro-panel in L1, A from L2) instead of
 	// micro-tiles outside panels (A micro-panel in L1, B block from L2).
 	panelOuter = false
@@ -123,7 +125,7 @@ func (op *gemmOp) toBF16Pairs(x []float32, ldX, m int) {
 // of 4 KB apart (K = 1024, 2048, …): the rows of a micro-tile would then share L1 sets and
 // evict each other between the panels that reuse them. The copy is O(m·K) once per call.
 func (op *gemmOp) unalias(x []float32, ldX, m int) {
-	if ldX%1024 != 0 || m < 2 || os.Getenv("KERNELS_NOPAD") == "1" {
+	if ldX%1024 != 0 || m < 2 {
 		return
 	}
 	k := op.k
@@ -182,41 +184,8 @@ func (op *gemmOp) block(r0, r1, c0, c1, mt int) {
 			continue
 		}
 		for i := r0; i < r1; i += mt {
-			rows := min(mt, r1-i)
-			a := unsafe.Add(op.a, uintptr(i)*op.lda+aOff)
-			crow := unsafe.Add(op.dst, uintptr(i)*op.ldc)
 			for p := c0 / panelWidth; p*panelWidth < c1; p++ {
-				b := unsafe.Add(op.b, uintptr(p)*op.panelBytes+bOff)
-				cs := p * panelWidth
-				lo, hi := max(c0-cs, 0), min(c1-cs, panelWidth)
-				if op.isa >= isaAVX512 {
-					mask := uint32((uint64(1)<<hi - 1) &^ (uint64(1)<<lo - 1))
-					op.k512[rows](a, op.lda, b, kArg, unsafe.Add(crow, cs*4), op.ldc, mask, acc)
-					continue
-				}
-				for h := 0; h < 2; h++ {
-					hlo, hhi := max(lo-16*h, 0), min(hi-16*h, 16)
-					if hlo >= hhi {
-						continue
-					}
-					bh, ch := unsafe.Add(b, 64*h), unsafe.Add(crow, (cs+16*h)*4)
-					if hlo == 0 && hhi == 16 {
-						op.k256[rows](a, op.lda, bh, kArg, ch, op.ldc, acc)
-						continue
-					}
-					// A ragged column edge: compute the whole half panel aside, keep its valid part.
-					op.k256[rows](a, op.lda, bh, kArg, unsafe.Pointer(&scratch[0]), 64, 0)
-					for r := 0; r < rows; r++ {
-						d := unsafe.Slice((*float32)(unsafe.Add(ch, uintptr(r)*op.ldc)), 16)
-						for j := hlo; j < hhi; j++ {
-							if acc != 0 {
-								d[j] += scratch[r*16+j]
-							} else {
-								d[j] = scratch[r*16+j]
-							}
-						}
-					}
-				}
+				op.tile(i, min(mt, r1-i), p, c0, c1, aOff, bOff, kArg, acc, &scratch)
 			}
 		}
 	}
@@ -247,12 +216,12 @@ func (op *gemmOp) tile(i, rows, p, c0, c1 int, aOff, bOff uintptr, kArg, acc int
 		// A ragged column edge: compute the whole half panel aside, keep its valid part.
 		op.k256[rows](a, op.lda, bh, kArg, unsafe.Pointer(&scratch[0]), 64, 0)
 		for r := 0; r < rows; r++ {
-			d := unsafe.Slice((*float32)(unsafe.Add(ch, uintptr(r)*op.ldc)), 16)
 			for j := hlo; j < hhi; j++ {
+				d := (*float32)(unsafe.Add(ch, uintptr(r)*op.ldc+uintptr(j)*4))
 				if acc != 0 {
-					d[j] += scratch[r*16+j]
+					*d += scratch[r*16+j]
 				} else {
-					d[j] = scratch[r*16+j]
+					*d = scratch[r*16+j]
 				}
 			}
 		}
@@ -321,7 +290,7 @@ func linearImpl(dst, x []float32, m int, w *Weight, t int) {
 		r0, r1 := ri*tpb*mt, min((ri+1)*tpb*mt, m)
 		op.block(r0, r1, c0, c1, mt)
 	}
-	workers := min(t, tasks)
+	workers := min(t, tasks, max(1, 2*m*w.N*w.K/minFlopsPerWorker))
 	if workers <= 1 {
 		for task := 0; task < tasks; task++ {
 			run(task)

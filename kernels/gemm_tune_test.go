@@ -154,3 +154,32 @@ func TestTuneMicro(t *testing.T) {
 		}
 	}
 }
+
+// TestTuneThreads compares wall time on one and two threads, interleaved (KERNELS_TUNE=1 only).
+func TestTuneThreads(t *testing.T) {
+	if os.Getenv("KERNELS_TUNE") != "1" {
+		t.Skip("KERNELS_TUNE=1 to run")
+	}
+	prev := Threads()
+	defer SetThreads(prev)
+	for _, s := range [][3]int{{144, 1536, 2048}, {1, 1536, 2048}, {36, 1536, 2048}, {576, 768, 2048}, {16, 512, 512}} {
+		rng := rand.New(rand.NewPCG(1, 2))
+		p := newProblem(t, rng, s[0], s[1], s[2], s[2], F32)
+		dst := make([]float32, s[0]*s[1])
+		res := [3][]float64{}
+		for range 21 {
+			for th := 1; th <= 2; th++ {
+				SetThreads(th)
+				linear(dst, p.x, s[0], p.w)
+				t0 := time.Now()
+				linear(dst, p.x, s[0], p.w)
+				res[th] = append(res[th], 2*float64(s[0]*s[1]*s[2])/time.Since(t0).Seconds()/1e9)
+			}
+		}
+		for th := 1; th <= 2; th++ {
+			slices.Sort(res[th])
+		}
+		fmt.Printf("%v f32: t1 median %.1f best %.1f | t2 median %.1f best %.1f GFLOP/s\n", s,
+			res[1][10], res[1][20], res[2][10], res[2][20])
+	}
+}

@@ -35,20 +35,23 @@ type MoEStats struct {
 }
 
 // defaultRunner serves MoE; SetMoEPolicy swaps it atomically so calls in flight finish with the
-// runner they started with.
+// runner they started with. Nil until first used: a threshold runner is installed then.
 var defaultRunner atomic.Pointer[MoERunner]
-
-func init() {
-	defaultRunner.Store(NewMoERunner(MoEPolicy{Kind: PolicyThreshold}))
-}
 
 // SetMoEPolicy sets the policy of the package-level MoE. The new runner starts without cost
 // tables: under PolicyAuto the first call for each layer shape measures one (about a second), so
 // a node should call MoERunner.Calibrate at start-up or hold its own runner.
 func SetMoEPolicy(p MoEPolicy) { defaultRunner.Store(NewMoERunner(p)) }
 
-// DefaultMoERunner returns the runner the package-level MoE uses.
-func DefaultMoERunner() *MoERunner { return defaultRunner.Load() }
+// DefaultMoERunner returns the runner the package-level MoE uses (PolicyThreshold unless
+// SetMoEPolicy chose another).
+func DefaultMoERunner() *MoERunner {
+	if r := defaultRunner.Load(); r != nil {
+		return r
+	}
+	defaultRunner.CompareAndSwap(nil, NewMoERunner(MoEPolicy{Kind: PolicyThreshold}))
+	return defaultRunner.Load()
+}
 
 // MoE adds to out ([nTok×H]) the weighted outputs of the experts for the routed tokens of x
 // ([nTok×H]): out[t] += Σ_{e: t routed to e} w·expert_e(x[t]), summed in expert order. It runs the
@@ -56,7 +59,7 @@ func DefaultMoERunner() *MoERunner { return defaultRunner.Load() }
 // Malformed input (routing that does not match experts or x) is a programming error here and
 // panics with the reason; MoERunner.Run returns it as an error instead.
 func MoE(out, x []float32, hidden int, experts []Expert, r *Routing) MoEStats {
-	st, err := defaultRunner.Load().Run(out, x, hidden, experts, r)
+	st, err := DefaultMoERunner().Run(out, x, hidden, experts, r)
 	if err != nil {
 		panic(fmt.Sprintf("kernels: MoE: %v", err))
 	}

@@ -15,8 +15,9 @@ var exactSamples = []int{4, 16, 64, exactChunkRows}
 // Each round times one work item of every kind (a whole tile of each block variant, and exact
 // items of each sample size), each on the next expert in turn so the weights come from memory
 // as in a real pass, not from a cache warmed by the previous repetition. Rounds repeat until the
-// budget is spent (at least one, at most 31); the median per kind is robust to the other work
-// that shares the machine.
+// budget is spent (at least one, at most 31); the median per kind is robust to outliers. Times
+// are the thread's CPU time (Linux), so work from other processes on the same cores does not
+// count — only the cycles the kernels got.
 func measureMoECosts(experts []Expert, sh moeShape, budget time.Duration) MoECostTable {
 	var pool []*Expert
 	for e := range experts {
@@ -46,15 +47,18 @@ func measureMoECosts(experts []Expert, sh moeShape, budget time.Duration) MoECos
 	}
 	samples := make([][]float64, len(kinds))
 	next := 0
+	var clock cpuClock
+	clock.lock()
+	defer clock.unlock()
 	start := time.Now()
 	for round := 0; round < 31 && (round == 0 || time.Since(start) < budget); round++ {
 		for i, k := range kinds {
 			ex := pool[next%len(pool)]
 			next++
-			t0 := time.Now()
+			t0 := clock.now()
 			gateUpItem(ex, gs, xs, u, sh.hidden, sh.inter, k.m, 0, sh.inter, k.blockM)
 			downItem(ex, ys, gs, sh.hidden, sh.inter, k.m, 0, sh.hidden, k.blockM)
-			samples[i] = append(samples[i], time.Since(t0).Seconds())
+			samples[i] = append(samples[i], (clock.now() - t0).Seconds())
 		}
 	}
 	var c MoECostTable

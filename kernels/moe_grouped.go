@@ -405,6 +405,9 @@ func planItems(items []moeItem, counts []int, step, n, workers int) []moeItem {
 	for _, c := range counts {
 		rowItems += (c + step - 1) / step
 	}
+	if rowItems == 0 {
+		return items
+	}
 	// Aim for at least 8 items per worker; column blocks are multiples of 64 columns.
 	split := 1
 	if want := 8 * workers; rowItems < want {

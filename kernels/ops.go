@@ -52,24 +52,6 @@ func parallelRows(m int, f func(r0, r1 int)) {
 	wg.Wait()
 }
 
-// RMSNorm writes dst[r] = x[r] / sqrt(mean(x[r]²) + eps) ⊙ weight for each of rows rows of
-// len(weight) values. dst may alias x.
-func RMSNorm(dst, x, weight []float32, rows int, eps float32) {
-	d := len(weight)
-	for r := 0; r < rows; r++ {
-		xr := x[r*d : (r+1)*d]
-		var ss float64
-		for _, v := range xr {
-			ss += float64(v) * float64(v)
-		}
-		inv := float32(1 / math.Sqrt(ss/float64(d)+float64(eps)))
-		dr := dst[r*d : (r+1)*d]
-		for i, v := range xr {
-			dr[i] = v * inv * weight[i]
-		}
-	}
-}
-
 // RoPETable holds cos/sin of the rotary embedding for positions [0, maxPos) and head dim hd.
 type RoPETable struct {
 	HeadDim  int

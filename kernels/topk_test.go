@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -98,7 +99,7 @@ func BenchmarkTopK(b *testing.B) {
 		}
 		idx := make([]int32, c.k)
 		w := make([]float32, c.k)
-		b.Run("", func(b *testing.B) {
+		b.Run(fmt.Sprintf("n%d_k%d", c.n, c.k), func(b *testing.B) {
 			for b.Loop() {
 				TopK(p, c.k, idx, w)
 			}

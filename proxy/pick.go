@@ -57,29 +57,49 @@ func (p *Proxy) fallback(exclude []*node) []*node {
 	return []*node{best}
 }
 
-// acquire picks a node for a batch and takes a breaker permit (done reports the outcome; nil
-// when the breaker is bypassed by the fallback). It returns nil when no node can take it.
-func (p *Proxy) acquire(exclude []*node) (*node, func(error)) {
+// lease is a batch's claim on a node: a breaker permit (done reports the outcome; nil when the
+// fallback bypasses the breaker) and the batch's predicted cost, charged to the node's in-flight
+// cost at pick time and released by call.
+type lease struct {
+	n         *node
+	done      func(error)
+	coeffs    costmodel.Coeffs
+	predicted float64 // seconds of compute on this node
+	expected  float64 // seconds until it should be done: backlog at pick time + predicted
+}
+
+func newLease(n *node, done func(error), pl *batchPlan) *lease {
+	c := *n.coeffs.Load()
+	l := &lease{n: n, done: done, coeffs: c, predicted: c.Seconds(pl.feats)}
+	l.expected = n.load(time.Now()) + l.predicted
+	n.inflight.Add(l.predicted)
+	n.calls.Add(1)
+	return l
+}
+
+// lease picks a node for a batch among the eligible ones not in exclude, takes a breaker permit
+// and charges the batch to it. It returns nil when no node can take it.
+func (p *Proxy) lease(exclude []*node, pl *batchPlan) *lease {
 	cands := p.eligible(exclude)
 	for len(cands) > 0 {
 		i := p.picker.Pick(candList{cands, time.Now()})
 		n := cands[i]
 		done, err := n.breaker.Allow()
 		if err == nil {
-			return n, done
+			return newLease(n, done, pl)
 		}
 		// Open, or half-open with its probes taken: try the others.
 		cands = slices.Delete(cands, i, i+1)
 	}
 	if fb := p.fallback(exclude); len(fb) > 0 {
-		return fb[0], nil
+		return newLease(fb[0], nil, pl)
 	}
-	return nil, nil
+	return nil
 }
 
-// acquireIdle picks the least loaded eligible node not in exclude for a hedge, if it could
-// finish before the straggler is expected to (its load is below expected).
-func (p *Proxy) acquireIdle(exclude []*node, expected float64) (*node, func(error)) {
+// leaseIdle leases the least loaded eligible node not in exclude for a hedge, if it could finish
+// before the straggler is expected to (its load is below expected) and the retry budget allows.
+func (p *Proxy) leaseIdle(exclude []*node, pl *batchPlan, expected float64) *lease {
 	now := time.Now()
 	var best *node
 	bestLoad := math.Inf(1)
@@ -89,13 +109,17 @@ func (p *Proxy) acquireIdle(exclude []*node, expected float64) (*node, func(erro
 		}
 	}
 	if best == nil || bestLoad >= expected {
-		return nil, nil
+		return nil
 	}
 	done, err := best.breaker.Allow()
 	if err != nil {
-		return nil, nil
+		return nil
 	}
-	return best, done
+	if !p.budget.take() {
+		done(errExcluded)
+		return nil
+	}
+	return newLease(best, done, pl)
 }
 
 // meanCoeffs is the reference cost model of a set of nodes (the prior of the first when empty).

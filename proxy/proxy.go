@@ -39,7 +39,7 @@ type Proxy struct {
 	cfg      Config
 	log      *slog.Logger
 	m        *metrics
-	tokens   *tokenCounter
+	tokens   *TokenCounter
 	splitter split.Splitter
 	picker   route.Picker
 	budget   *retryBudget
@@ -60,7 +60,7 @@ type Proxy struct {
 	closed  atomic.Bool
 	ctx     context.Context
 	cancel  context.CancelFunc
-	bg      sync.WaitGroup // DNS loop, hedged calls still finishing
+	bg      sync.WaitGroup // the DNS loop
 }
 
 // NodeStatus is one node's state for /v1/nodes.
@@ -91,7 +91,7 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	tc, err := newTokenCounter(cfg.Cost.TokenCounter)
+	tc, err := NewTokenCounter(cfg.Cost.TokenCounter)
 	if err != nil {
 		return nil, fmt.Errorf("new proxy: %w", err)
 	}
@@ -176,7 +176,7 @@ func (p *Proxy) notify() {
 // Nodes reports every node's state, sorted by address.
 func (p *Proxy) Nodes() []NodeStatus {
 	now := time.Now()
-	var out []NodeStatus
+	out := []NodeStatus{}
 	for _, n := range p.snapshot() {
 		out = append(out, NodeStatus{
 			Addr:                n.addr,
@@ -194,8 +194,7 @@ func (p *Proxy) Nodes() []NodeStatus {
 	return out
 }
 
-// Close stops the DNS loop and health watches, waits for hedged calls still finishing, and
-// closes every connection. Call it after the fronts have drained; Score fails with UNAVAILABLE
+// Close stops the DNS loop and health watches and closes every connection. Call it after the fronts have drained; Score fails with UNAVAILABLE
 // afterwards. Idempotent.
 func (p *Proxy) Close() error {
 	if p.closed.Swap(true) {

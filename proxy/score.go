@@ -69,10 +69,10 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 	}
 
 	// Plan: token counts, split, admission.
-	prefix := p.tokens.prefix(req.GetInstruction(), req.GetQuery())
+	prefix := p.tokens.Prefix(req.GetInstruction(), req.GetQuery())
 	toks := make([]int, len(req.GetItems()))
 	for i, it := range req.GetItems() {
-		toks[i] = p.tokens.item(it.GetText())
+		toks[i] = p.tokens.Item(it.GetText())
 	}
 	now := time.Now()
 	cands := p.eligible(nil)
@@ -120,10 +120,16 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 	}
 	planDur := time.Since(start)
 
+	// Lease the first node of every batch here, in the plan's order (earliest planned start
+	// first) and charging each pick before the next, so that routing follows the split's plan.
+	leases := make([]*lease, len(plans))
+	for bi, pl := range plans {
+		leases[bi] = p.lease(nil, pl)
+	}
 	results := make([]batchResult, len(plans))
 	var wg sync.WaitGroup
 	for bi, pl := range plans {
-		wg.Go(func() { results[bi] = p.runBatch(ctx, pl) })
+		wg.Go(func() { results[bi] = p.runBatch(ctx, pl, leases[bi]) })
 	}
 	wg.Wait()
 	return p.merge(ctx, req, reqID, plans, results, start, planDur)
@@ -231,8 +237,9 @@ func makespan(nodes []split.Node, batches []split.Batch, withBacklog bool) float
 	return end
 }
 
-// runBatch sends one batch, retrying once on another node under the retry budget.
-func (p *Proxy) runBatch(ctx context.Context, pl *batchPlan) batchResult {
+// runBatch sends one batch (first to the node leased at planning time, when there is one),
+// retrying once on another node under the retry budget.
+func (p *Proxy) runBatch(ctx context.Context, pl *batchPlan, first *lease) batchResult {
 	p.budget.deposit()
 	var tried []*node
 	var res batchResult
@@ -251,7 +258,19 @@ func (p *Proxy) runBatch(ctx context.Context, pl *batchPlan) batchResult {
 			res.retries++
 			p.m.retries.Inc()
 		}
-		resp, err, hedged := p.attempt(ctx, pl, &tried)
+		l := first
+		first = nil
+		if l == nil {
+			l = p.lease(tried, pl)
+		}
+		if l == nil {
+			if res.err == nil {
+				res.err = grpcError(codes.Unavailable, "batch %d: no healthy scorer node to take it", pl.index)
+			}
+			break
+		}
+		tried = append(tried, l.n)
+		resp, hedged, err := p.attempt(ctx, pl, l, &tried)
 		res.resp, res.err = resp, err
 		res.hedges += hedged
 		if err == nil {
@@ -272,19 +291,14 @@ func retryable(ctx context.Context, err error) bool {
 	return true
 }
 
-// attempt sends the batch to one node and, with hedging on, to a second one if the first
-// straggles; the first answer wins and the other call is cancelled.
-func (p *Proxy) attempt(ctx context.Context, pl *batchPlan, tried *[]*node) (*relevancev1.ScoreBatchResponse, error, int) {
-	n, done := p.acquire(*tried)
-	if n == nil {
-		return nil, grpcError(codes.Unavailable, "batch %d: no healthy scorer node left to try", pl.index), 0
-	}
-	*tried = append(*tried, n)
-	expected := n.load(time.Now()) + n.coeffs.Load().Seconds(pl.feats)
-	delay, ok := p.hedgeDelay(ctx, expected)
+// attempt runs the batch on its lease and, with hedging on, on a second node if the first
+// straggles; the first answer wins and the other call is cancelled. It returns only after every
+// call it started has returned, so nothing outlives the request.
+func (p *Proxy) attempt(ctx context.Context, pl *batchPlan, l *lease, tried *[]*node) (*relevancev1.ScoreBatchResponse, int, error) {
+	delay, ok := p.hedgeDelay(ctx, l.expected)
 	if !ok {
-		resp, err := p.call(ctx, n, done, pl, expected)
-		return resp, err, 0
+		resp, err := p.call(ctx, l, pl)
+		return resp, 0, err
 	}
 
 	type result struct {
@@ -295,48 +309,43 @@ func (p *Proxy) attempt(ctx context.Context, pl *batchPlan, tried *[]*node) (*re
 	ch := make(chan result, 2)
 	c1, cancel1 := context.WithCancel(ctx)
 	defer cancel1()
-	p.bg.Go(func() {
-		r, e := p.call(c1, n, done, pl, expected)
+	go func() {
+		r, e := p.call(c1, l, pl)
 		ch <- result{r, e, false}
-	})
+	}()
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
 	select {
 	case r := <-ch:
-		return r.resp, r.err, 0
+		return r.resp, 0, r.err
 	case <-timer.C:
 	}
-	n2, done2 := p.acquireIdle(*tried, expected)
-	if n2 == nil {
+	l2 := p.leaseIdle(*tried, pl, l.expected)
+	if l2 == nil {
 		r := <-ch
-		return r.resp, r.err, 0
+		return r.resp, 0, r.err
 	}
-	if !p.budget.take() {
-		if done2 != nil {
-			done2(errExcluded)
-		}
-		r := <-ch
-		return r.resp, r.err, 0
-	}
-	*tried = append(*tried, n2)
+	*tried = append(*tried, l2.n)
 	p.m.hedges.Inc()
 	c2, cancel2 := context.WithCancel(ctx)
 	defer cancel2()
-	exp2 := n2.load(time.Now()) + n2.coeffs.Load().Seconds(pl.feats)
-	p.bg.Go(func() {
-		r, e := p.call(c2, n2, done2, pl, exp2)
+	go func() {
+		r, e := p.call(c2, l2, pl)
 		ch <- result{r, e, true}
-	})
-	first := <-ch
-	if first.err != nil {
-		if second := <-ch; second.err == nil {
-			first = second
-		}
+	}()
+	win := <-ch
+	if win.err == nil {
+		// Cancel the loser and wait for it (a cancelled RPC returns at once).
+		cancel1()
+		cancel2()
+		<-ch
+	} else if second := <-ch; second.err == nil {
+		win = second
 	}
-	if first.err == nil && first.hedge {
+	if win.err == nil && win.hedge {
 		p.m.hedgeWins.Inc()
 	}
-	return first.resp, first.err, 1
+	return win.resp, 1, win.err
 }
 
 // hedgeDelay is how long to wait before hedging a batch expected to finish in expected seconds:
@@ -356,23 +365,20 @@ func (p *Proxy) hedgeDelay(ctx context.Context, expected float64) (time.Duration
 	return d, true
 }
 
-// call runs one ScoreBatch on n: charges the batch's predicted cost to the node until the reply,
-// reports the outcome to the breaker (done, nil when bypassed), and learns from a success.
-func (p *Proxy) call(ctx context.Context, n *node, done func(error), pl *batchPlan, expected float64) (*relevancev1.ScoreBatchResponse, error) {
-	coeffs := *n.coeffs.Load()
-	predicted := coeffs.Seconds(pl.feats)
-	n.inflight.Add(predicted)
-	n.calls.Add(1)
+// call runs one ScoreBatch on the lease's node, then releases the lease's charge, reports the
+// outcome to the breaker, and learns from a success.
+func (p *Proxy) call(ctx context.Context, l *lease, pl *batchPlan) (*relevancev1.ScoreBatchResponse, error) {
+	n := l.n
 	t0 := time.Now()
 	resp, err := n.client.ScoreBatch(ctx, pl.req)
 	el := time.Since(t0)
-	n.inflight.Add(-predicted)
+	n.inflight.Add(-l.predicted)
 	if err == nil && len(resp.GetScores()) != len(pl.req.GetItems()) {
 		err = grpcError(codes.Internal, "node %s returned %d scores for %d items", n.addr, len(resp.GetScores()), len(pl.req.GetItems()))
 	}
-	verdict := classify(ctx, err, el, expected)
-	if done != nil {
-		done(verdict)
+	verdict := classify(ctx, err, el, l.expected)
+	if l.done != nil {
+		l.done(verdict)
 	}
 	now := time.Now()
 	switch {
@@ -380,12 +386,12 @@ func (p *Proxy) call(ctx context.Context, n *node, done func(error), pl *batchPl
 		n.batches.Add(1)
 		n.observe(resp, now)
 		p.m.batchDuration.Observe(el.Seconds())
-		if expected > 0 {
-			p.hedge.add(el.Seconds() / expected)
+		if l.expected > 0 {
+			p.hedge.add(el.Seconds() / l.expected)
 		}
-		pred := predicted
+		pred := l.predicted
 		if resp.GetStats().GetPrefixCached() {
-			pred -= coeffs.Seconds(costmodel.PrefixFeatures(pl.prefix))
+			pred -= l.coeffs.Seconds(costmodel.PrefixFeatures(pl.prefix))
 		}
 		if cs := resp.GetStats().GetComputeSeconds(); cs > 0 && pred > 0 {
 			p.m.estimateRatio.Observe(cs / pred)

@@ -3,56 +3,63 @@ package proxy
 import (
 	"fmt"
 
+	"github.com/relevance-scoring/relevance/scorer/prompt"
 	"github.com/relevance-scoring/relevance/tokenizer"
 )
 
-// The Qwen3-Reranker prompt (DESIGN.md; the text itself belongs to scorer/prompt). The proxy needs
-// only token counts: the prefix is head + user segment up to "<Document>:", an item is
-// " "+document (the space joins the document's first word) + tail.
-const (
-	promptHead = "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>"
-	promptTail = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
-	// DefaultInstruction is the model's instruction when a request has none.
-	DefaultInstruction = "Given a web search query, retrieve relevant passages that answer the query"
-)
+// DefaultInstruction is the model's instruction when a request has none.
+const DefaultInstruction = prompt.DefaultInstruction
 
-func userSegment(instruction, query string) string {
+// bodyPrefix is the prompt body up to the document (as scorer/prompt builds it): the shared
+// prefix is the template head plus these tokens; a document's own tokens are those of
+// " "+document (the space joins its first word) plus the template tail.
+func bodyPrefix(instruction, query string) string {
 	if instruction == "" {
 		instruction = DefaultInstruction
 	}
-	return "user\n<Instruct>: " + instruction + "\n<Query>: " + query + "\n<Document>:"
+	return "<Instruct>: " + instruction + "\n<Query>: " + query + "\n<Document>:"
 }
 
-// tokenCounter counts prompt tokens the way a node will (exact) or close to it (estimate).
-// Immutable after construction; safe for concurrent use.
-type tokenCounter struct {
+// TokenCounter counts prompt tokens as the proxy plans with them: exactly as a node will (the
+// shipped Qwen3 tokenizer) or with the fast estimator. Immutable; safe for concurrent use.
+type TokenCounter struct {
 	head, tail int
 	plain      func(string) int
+	exact      bool
 }
 
-func newTokenCounter(kind string) (*tokenCounter, error) {
+// NewTokenCounter returns the TokensExact or TokensEstimate counter.
+func NewTokenCounter(kind string) (*TokenCounter, error) {
+	if kind != TokensExact && kind != TokensEstimate {
+		return nil, fmt.Errorf("token counter: unknown kind %q", kind)
+	}
 	tok, err := tokenizer.Default()
 	if err != nil {
 		return nil, fmt.Errorf("token counter: %w", err)
 	}
-	// The template's fixed parts are counted exactly once either way: they hold control tokens
-	// that an estimator would get wrong.
-	tc := &tokenCounter{head: len(tok.Encode(promptHead)), tail: len(tok.Encode(promptTail))}
-	switch kind {
-	case TokensExact:
+	// The template's fixed parts are counted exactly either way: they hold control tokens that
+	// an estimator would get wrong, and they are counted once.
+	tc := &TokenCounter{head: len(tok.Encode(prompt.HeadText)), tail: len(tok.Encode(prompt.TailText))}
+	if kind == TokensExact {
 		tc.plain = func(s string) int { return len(tok.EncodePlain(s)) }
-	default:
+		tc.exact = true
+	} else {
 		tc.plain = tokenizer.EstimateTokens
 	}
 	return tc, nil
 }
 
-// prefix is the shared prefix's tokens for (instruction, query).
-func (tc *tokenCounter) prefix(instruction, query string) int {
-	return tc.head + tc.plain(userSegment(instruction, query))
+// Prefix is the shared prefix's tokens for (instruction, query); "" means the default
+// instruction.
+func (tc *TokenCounter) Prefix(instruction, query string) int {
+	return tc.head + tc.plain(bodyPrefix(instruction, query))
 }
 
-// item is one item's own tokens (document and tail).
-func (tc *tokenCounter) item(text string) int {
+// Item is one item's own tokens: the document and the template tail.
+func (tc *TokenCounter) Item(text string) int {
+	if !tc.exact {
+		// The leading space joins the first word and adds no token; skip copying the text.
+		return tc.plain(text) + tc.tail
+	}
 	return tc.plain(" "+text) + tc.tail
 }

@@ -17,7 +17,7 @@ func (t *Tokenizer) appendBPE(dst []int32, word string) []int32 {
 		return append(dst, t.byteID[word[0]])
 	}
 	if t.ignoreMerges {
-		if id, ok := t.vocab[byteLevelString(word)]; ok {
+		if id, ok := t.vocab.get(byteLevelString(word)); ok {
 			return append(dst, id)
 		}
 	}

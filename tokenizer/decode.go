@@ -57,9 +57,7 @@ func (t *Tokenizer) buildDecode() {
 			}
 			continue
 		}
-		if id < len(t.tokens) {
-			buf = tokenBytes(buf, t.tokens[id])
-		}
+		buf = tokenBytes(buf, t.vocab.token(int32(id)))
 	}
 	t.decodeOff[t.vocabSize] = uint32(len(buf))
 	t.decodeBuf = buf

@@ -36,7 +36,9 @@ func (t *Tokenizer) Encode(text string) []int32 {
 }
 
 // EncodePlain tokenizes text with no added-token matching: "<|im_start|>" in the text is
-// ordinary characters. Use it for user-supplied strings inside a prompt template.
+// ordinary characters. Use it for user-supplied strings inside a prompt template. Note that
+// Hugging Face's split_special_tokens=True is narrower: it still matches added tokens marked
+// special=false (Qwen3's <think>, <tool_call>, ...); EncodePlain matches none.
 func (t *Tokenizer) EncodePlain(text string) []int32 {
 	return t.appendPlain(make([]int32, 0, len(text)/3+4), text)
 }
@@ -54,8 +56,11 @@ func (t *Tokenizer) appendPlain(dst []int32, text string) []int32 {
 	if t.nfc && !isASCII(text) && !norm.NFC.IsNormalString(text) {
 		text = norm.NFC.String(text)
 	}
+	if t.addPrefixSpace && text[0] != ' ' {
+		text = " " + text
+	}
 	for i := 0; i < len(text); {
-		j := nextPiece(text, i)
+		j := t.split(text, i)
 		dst = t.appendWord(dst, text[i:j])
 		i = j
 	}

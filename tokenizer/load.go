@@ -14,18 +14,19 @@ import (
 // Tokenizer is a loaded byte-level BPE tokenizer. It is immutable after Load (apart from an
 // internal, bounded word cache) and safe for concurrent use.
 type Tokenizer struct {
-	vocab  map[string]int32 // token text as stored (byte-level characters) -> id, model vocab only
-	tokens []string         // id -> token text; "" where the id is unused or an added token
+	vocab *vocabTable // token text as stored (byte-level characters) <-> id, model vocab only
 
 	added       []addedToken       // sorted by id
 	addedByText map[string]int32   // content -> id
 	addedFirst  [256][]*addedToken // candidates by first byte, longest content first
 
-	merges       pairTable
-	byteID       [256]int32 // id of the single-byte token for each byte
-	ignoreMerges bool       // a word that is a whole vocab entry maps to it directly
-	nfc          bool       // normalizer is NFC (otherwise none)
-	vocabSize    int
+	merges         pairTable
+	byteID         [256]int32                // id of the single-byte token for each byte
+	ignoreMerges   bool                      // a word that is a whole vocab entry maps to it directly
+	split          func(s string, i int) int // pre-tokenizer: end of the piece starting at s[i]
+	addPrefixSpace bool                      // GPT-2 ByteLevel(add_prefix_space): text gets a leading space
+	nfc            bool                      // normalizer is NFC (otherwise none)
+	vocabSize      int
 
 	decodeOnce sync.Once
 	decodeOff  []uint32 // id -> offset of its bytes in decodeBuf; len = vocabSize+1
@@ -44,8 +45,16 @@ type addedToken struct {
 	Special    bool   `json:"special"`
 }
 
-// qwenPattern is the Split regex of the Qwen2/Qwen3 pre-tokenizer, which scan.go implements.
-const qwenPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+// qwenPattern is the Split regex of the Qwen2/Qwen3 pre-tokenizer (scan.go: nextPiece);
+// gpt2Pattern is the one built into ByteLevel(use_regex=true) (nextPieceGPT2).
+const (
+	qwenPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+)
+
+// maxTokenID bounds ids so that a corrupt file cannot make Load allocate gigabytes for its
+// id-indexed tables; real vocabularies stay far below (Qwen: 151,668).
+const maxTokenID = 1<<22 - 1
 
 // LoadFile loads a tokenizer.json file, or the tokenizer.json inside a model folder.
 func LoadFile(path string) (*Tokenizer, error) {
@@ -117,7 +126,7 @@ func Load(data []byte) (*Tokenizer, error) {
 	if err := t.setNormalizer(rawNorm); err != nil {
 		return nil, err
 	}
-	if err := checkPreTokenizer(rawPre); err != nil {
+	if err := t.setPreTokenizer(rawPre); err != nil {
 		return nil, err
 	}
 	if err := checkDecoder(rawDecoder); err != nil {
@@ -127,7 +136,7 @@ func Load(data []byte) (*Tokenizer, error) {
 		return nil, err
 	}
 	for b := range 256 {
-		id, ok := t.vocab[string(byteToRune[b])]
+		id, ok := t.vocab.get(string(byteToRune[b]))
 		if !ok {
 			return nil, fmt.Errorf("model.vocab: no token for byte 0x%02x (%q): not a byte-level BPE vocabulary", b, byteToRune[b])
 		}
@@ -196,33 +205,47 @@ func (t *Tokenizer) parseModel(s *jsonScanner) (bool, error) {
 }
 
 func (t *Tokenizer) parseVocab(s *jsonScanner) error {
-	t.vocab = make(map[string]int32, 1<<17)
-	maxID := int32(-1)
-	err := s.object(func(key string) error {
-		id, err := s.int()
-		if err != nil {
-			return fmt.Errorf("vocab %q: %w", key, err)
+	var b vocabBuilder
+	b.arena = make([]byte, 0, len(s.data)/8)
+	if err := s.expect('{'); err != nil {
+		return fmt.Errorf("vocab: %w", err)
+	}
+	if s.peek() != '}' {
+		for {
+			key, err := s.str()
+			if err != nil {
+				return fmt.Errorf("vocab: %w", err)
+			}
+			if err := s.expect(':'); err != nil {
+				return fmt.Errorf("vocab %q: %w", key, err)
+			}
+			id, err := s.int()
+			if err != nil {
+				return fmt.Errorf("vocab %q: %w", key, err)
+			}
+			if id > maxTokenID {
+				return fmt.Errorf("vocab %q: id %d is over the limit %d", key, id, maxTokenID)
+			}
+			if err := b.add(key, id); err != nil {
+				return fmt.Errorf("vocab id %d: %w", id, err)
+			}
+			if s.peek() != ',' {
+				break
+			}
+			s.pos++
 		}
-		if prev, dup := t.vocab[key]; dup {
-			return fmt.Errorf("vocab %q: listed twice (ids %d and %d)", key, prev, id)
-		}
-		t.vocab[key] = id
-		maxID = max(maxID, id)
-		return nil
-	})
+	}
+	if err := s.expect('}'); err != nil {
+		return fmt.Errorf("vocab: %w", err)
+	}
+	if len(b.ids) == 0 {
+		return errors.New("vocab: empty")
+	}
+	v, err := b.build()
 	if err != nil {
 		return fmt.Errorf("vocab: %w", err)
 	}
-	if len(t.vocab) == 0 {
-		return errors.New("vocab: empty")
-	}
-	t.tokens = make([]string, maxID+1)
-	for k, id := range t.vocab {
-		if t.tokens[id] != "" {
-			return fmt.Errorf("vocab: id %d used by both %q and %q", id, t.tokens[id], k)
-		}
-		t.tokens[id] = k
-	}
+	t.vocab = v
 	return nil
 }
 
@@ -264,16 +287,16 @@ func (t *Tokenizer) parseMerges(raw []byte) error {
 		default:
 			return fmt.Errorf("merge %d: want a string or a pair", i)
 		}
-		ida, ok := t.vocab[string(a)]
+		ida, ok := t.vocab.getBytes(a)
 		if !ok {
 			return fmt.Errorf("merge %d: token %q is not in the vocab", i, a)
 		}
-		idb, ok := t.vocab[string(b)]
+		idb, ok := t.vocab.getBytes(b)
 		if !ok {
 			return fmt.Errorf("merge %d: token %q is not in the vocab", i, b)
 		}
 		cat = append(append(cat[:0], a...), b...)
-		idab, ok := t.vocab[string(cat)]
+		idab, ok := t.vocab.getBytes(cat)
 		if !ok {
 			return fmt.Errorf("merge %d: merged token %q is not in the vocab", i, cat)
 		}
@@ -328,11 +351,13 @@ type preTokJSON struct {
 	PreTokenizers  []preTokJSON `json:"pretokenizers"`
 }
 
-// checkPreTokenizer accepts exactly the Qwen pipeline: Split(qwenPattern, Isolated) then
-// ByteLevel without its own regex. Other patterns would need another scanner.
-func checkPreTokenizer(raw []byte) error {
+// setPreTokenizer accepts the two byte-level pipelines the scanners implement: Qwen's
+// Split(qwenPattern, Isolated) + ByteLevel(use_regex=false), and GPT-2's ByteLevel with its
+// built-in regex (or the same regex as an explicit Split). Anything else would be tokenized
+// wrongly, so it is an error.
+func (t *Tokenizer) setPreTokenizer(raw []byte) error {
 	if raw == nil || string(raw) == "null" {
-		return errors.New("pre_tokenizer: missing; want the Qwen Split + ByteLevel sequence")
+		return errors.New("pre_tokenizer: missing; want the Qwen Split + ByteLevel sequence or GPT-2's ByteLevel")
 	}
 	var p preTokJSON
 	if err := json.Unmarshal(raw, &p); err != nil {
@@ -342,12 +367,23 @@ func checkPreTokenizer(raw []byte) error {
 	if p.Type == "Sequence" {
 		steps = p.PreTokenizers
 	}
-	ok := len(steps) == 2 &&
-		steps[0].Type == "Split" && steps[0].Pattern.Regex != nil && *steps[0].Pattern.Regex == qwenPattern &&
-		steps[0].Behavior == "Isolated" && !steps[0].Invert &&
-		steps[1].Type == "ByteLevel" && !steps[1].AddPrefixSpace && steps[1].UseRegex != nil && !*steps[1].UseRegex
-	if !ok {
-		return fmt.Errorf("pre_tokenizer: unsupported %s; want Split(Qwen pattern, Isolated) + ByteLevel(use_regex=false, add_prefix_space=false)", raw)
+	isSplit := func(st preTokJSON, pattern string) bool {
+		return st.Type == "Split" && st.Pattern.Regex != nil && *st.Pattern.Regex == pattern &&
+			st.Behavior == "Isolated" && !st.Invert
+	}
+	byteLevel := func(st preTokJSON, useRegex bool) bool {
+		return st.Type == "ByteLevel" && (st.UseRegex == nil || *st.UseRegex) == useRegex
+	}
+	switch {
+	case len(steps) == 2 && isSplit(steps[0], qwenPattern) && byteLevel(steps[1], false) && !steps[1].AddPrefixSpace:
+		t.split = nextPiece
+	case len(steps) == 2 && isSplit(steps[0], gpt2Pattern) && byteLevel(steps[1], false) && !steps[1].AddPrefixSpace:
+		t.split = nextPieceGPT2
+	case len(steps) == 1 && byteLevel(steps[0], true):
+		t.split = nextPieceGPT2
+		t.addPrefixSpace = steps[0].AddPrefixSpace
+	default:
+		return fmt.Errorf("pre_tokenizer: unsupported %s; want Split(Qwen pattern, Isolated) + ByteLevel(use_regex=false, add_prefix_space=false), or ByteLevel(use_regex=true)", raw)
 	}
 	return nil
 }
@@ -369,7 +405,7 @@ func checkDecoder(raw []byte) error {
 }
 
 func (t *Tokenizer) setAdded(raw []byte) error {
-	t.vocabSize = len(t.tokens)
+	t.vocabSize = t.vocab.size()
 	if raw == nil || string(raw) == "null" {
 		return nil
 	}
@@ -382,8 +418,8 @@ func (t *Tokenizer) setAdded(raw []byte) error {
 		if a.Content == "" {
 			return fmt.Errorf("added_tokens: id %d has empty content", a.ID)
 		}
-		if a.ID < 0 {
-			return fmt.Errorf("added_tokens: %q has negative id %d", a.Content, a.ID)
+		if a.ID < 0 || a.ID > maxTokenID {
+			return fmt.Errorf("added_tokens: %q has id %d, want 0..%d", a.Content, a.ID, maxTokenID)
 		}
 		if a.SingleWord || a.LStrip || a.RStrip {
 			return fmt.Errorf("added_tokens: %q: single_word, lstrip and rstrip are not supported", a.Content)
@@ -409,8 +445,7 @@ func (t *Tokenizer) TokenID(tok string) (int32, bool) {
 	if id, ok := t.addedByText[tok]; ok {
 		return id, true
 	}
-	id, ok := t.vocab[tok]
-	return id, ok
+	return t.vocab.get(tok)
 }
 
 // VocabSize is the highest token id + 1, added tokens included.

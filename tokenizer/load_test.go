@@ -107,11 +107,22 @@ func TestLoadErrors(t *testing.T) {
 		{"merge is a number", tinyJSON(t, tinyMerges, false, setModel("merges", []any{7})), "want a string or a pair"},
 		{"byte fallback", tinyJSON(t, tinyMerges, false, setModel("byte_fallback", true)), "byte_fallback"},
 		{"subword prefix", tinyJSON(t, tinyMerges, false, setModel("continuing_subword_prefix", "##")), "continuing_subword_prefix"},
+		{"huge id", tinyJSON(t, tinyMerges, false, setModel("vocab", map[string]any{"a": 2147483647})), "over the limit"},
+		{"huge added id", tinyJSON(t, tinyMerges, false, func(m map[string]any) {
+			m["added_tokens"] = []map[string]any{{"id": 1 << 30, "content": "<x>"}}
+		}), "want 0.."},
+		{"duplicate vocab id", tinyJSON(t, tinyMerges, false, setModel("vocab", map[string]any{"a": 1, "b": 1})), "used by both"},
 		{"negative id", tinyJSON(t, tinyMerges, false, setModel("vocab", map[string]any{"a": -1})), "non-negative integer"},
 		{"missing byte token", tinyJSON(t, nil, false, setModel("vocab", map[string]any{"a": 0})), "no token for byte"},
 		{"lowercase normalizer", tinyJSON(t, tinyMerges, false, func(m map[string]any) { m["normalizer"] = map[string]any{"type": "Lowercase"} }), `normalizer: type "Lowercase"`},
-		{"gpt2 pre-tokenizer", tinyJSON(t, tinyMerges, false, func(m map[string]any) {
-			m["pre_tokenizer"] = map[string]any{"type": "ByteLevel", "add_prefix_space": true, "use_regex": true}
+		{"whitespace pre-tokenizer", tinyJSON(t, tinyMerges, false, func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Whitespace"}
+		}), "pre_tokenizer: unsupported"},
+		{"other split pattern", tinyJSON(t, tinyMerges, false, func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
+				map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `\w+`}, "behavior": "Isolated"},
+				map[string]any{"type": "ByteLevel", "use_regex": false},
+			}}
 		}), "pre_tokenizer: unsupported"},
 		{"wordpiece decoder", tinyJSON(t, tinyMerges, false, func(m map[string]any) { m["decoder"] = map[string]any{"type": "WordPiece"} }), `decoder: type "WordPiece"`},
 		{"lstrip added token", tinyJSON(t, tinyMerges, false, func(m map[string]any) {
@@ -144,4 +155,36 @@ func TestJSONEscapes(t *testing.T) {
 			t.Errorf("str(%q): no error", bad)
 		}
 	}
+}
+
+// TestLegacyMergesManyMerges: the legacy "a b" form has half as many commas per merge as the pair
+// form, so the pair table's size hint is low and it must grow.
+func TestLegacyMergesManyMerges(t *testing.T) {
+	var merges [][2]string
+	for i := range 2000 {
+		a, b := string(byteToRune[i%256]), string(byteToRune[(i/256)%256])
+		merges = append(merges, [2]string{a, b})
+	}
+	tok, err := Load(tinyJSON(t, merges, true, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.merges.n != len(merges) {
+		t.Errorf("pair table holds %d merges, want %d", tok.merges.n, len(merges))
+	}
+}
+
+// FuzzLoad: no input makes Load panic or hang.
+func FuzzLoad(f *testing.F) {
+	f.Add(tinyJSON(f, tinyMerges, false, nil))
+	f.Add(tinyJSON(f, tinyMerges, true, nil))
+	f.Add([]byte(`{"model":{"vocab":{"a":0},"merges":[]}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tok, err := Load(data)
+		if err != nil {
+			return
+		}
+		ids := tok.Encode("Hello <|x|> wörld 123")
+		_ = tok.Decode(ids)
+	})
 }

@@ -7,14 +7,19 @@ import "math/bits"
 // one lookup per candidate pair, and this is several times faster than a Go map for uint64 keys.
 // Read-only after build, so safe for concurrent readers.
 type pairTable struct {
-	keys  []uint64 // pairKey(a, b); emptyKey marks a free slot
-	vals  []uint64 // rank<<32 | merged id
-	shift uint8    // 64 - log2(len(keys))
+	slots []pairSlot
+	shift uint8 // 64 - log2(len(slots))
 	n     int
 }
 
 // emptyKey cannot be a real key: ids are < 2^31, so the high bit of each half is never set.
 const emptyKey = ^uint64(0)
+
+// pairSlot keeps key and value side by side: a lookup touches one cache line, not two.
+type pairSlot struct {
+	key uint64 // pairKey(a, b); emptyKey marks a free slot
+	val uint64 // rank<<32 | merged id
+}
 
 // noRank is the rank of a pair that has no merge.
 const noRank = ^uint32(0)
@@ -27,12 +32,11 @@ func newPairTable(capacity int) pairTable {
 		size <<= 1
 	}
 	t := pairTable{
-		keys:  make([]uint64, size),
-		vals:  make([]uint64, size),
+		slots: make([]pairSlot, size),
 		shift: uint8(64 - bits.TrailingZeros(uint(size))),
 	}
-	for i := range t.keys {
-		t.keys[i] = emptyKey
+	for i := range t.slots {
+		t.slots[i].key = emptyKey
 	}
 	return t
 }
@@ -42,34 +46,47 @@ func (t *pairTable) slot(k uint64) uint64 { return (k * 0x9E3779B97F4A7C15) >> t
 // put inserts or overwrites a pair. A later duplicate merge overwrites an earlier one, as in
 // Hugging Face's BPE builder (it collects the merges into a hash map in file order).
 func (t *pairTable) put(a, b int32, rank uint32, merged int32) {
+	if 2*(t.n+1) > len(t.slots) {
+		t.grow()
+	}
 	k := pairKey(a, b)
-	mask := uint64(len(t.keys) - 1)
+	mask := uint64(len(t.slots) - 1)
+	v := uint64(rank)<<32 | uint64(uint32(merged))
 	for i := t.slot(k); ; i = (i + 1) & mask {
-		switch t.keys[i] {
+		switch t.slots[i].key {
 		case emptyKey:
-			t.keys[i] = k
-			t.vals[i] = uint64(rank)<<32 | uint64(uint32(merged))
+			t.slots[i] = pairSlot{key: k, val: v}
 			t.n++
 			return
 		case k:
-			t.vals[i] = uint64(rank)<<32 | uint64(uint32(merged))
+			t.slots[i].val = v
 			return
+		}
+	}
+}
+
+// grow doubles the table; the size hint given to newPairTable is only an estimate.
+func (t *pairTable) grow() {
+	old := t.slots
+	*t = newPairTable(max(8, len(old)))
+	for _, s := range old {
+		if s.key != emptyKey {
+			t.put(int32(s.key>>32), int32(uint32(s.key)), uint32(s.val>>32), int32(uint32(s.val)))
 		}
 	}
 }
 
 // get returns the rank and merged id of (a, b), or noRank.
 func (t *pairTable) get(a, b int32) (rank uint32, merged int32) {
-	if len(t.keys) == 0 {
+	if len(t.slots) == 0 {
 		return noRank, -1
 	}
 	k := pairKey(a, b)
-	mask := uint64(len(t.keys) - 1)
+	mask := uint64(len(t.slots) - 1)
 	for i := t.slot(k); ; i = (i + 1) & mask {
-		switch t.keys[i] {
+		switch s := &t.slots[i]; s.key {
 		case k:
-			v := t.vals[i]
-			return uint32(v >> 32), int32(uint32(v))
+			return uint32(s.val >> 32), int32(uint32(s.val))
 		case emptyKey:
 			return noRank, -1
 		}

@@ -192,3 +192,54 @@ func contraction(s string, i int) int {
 	}
 	return 0
 }
+
+// nextPieceGPT2 is nextPiece for GPT-2's pattern
+//
+//	's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//
+// (contractions are case-sensitive here, numbers run together, and line breaks are ordinary
+// white space).
+func nextPieceGPT2(s string, i int) int {
+	r, _ := at(s, i)
+	if r == '\'' && i+1 < len(s) {
+		switch s[i+1] {
+		case 's', 't', 'm', 'd':
+			return i + 2
+		case 'r', 'v':
+			if i+2 < len(s) && s[i+2] == 'e' {
+				return i + 3
+			}
+		case 'l':
+			if i+2 < len(s) && s[i+2] == 'l' {
+				return i + 3
+			}
+		}
+	}
+	cls, _ := classAt(s, i)
+	start := i
+	if r == ' ' && i+1 < len(s) {
+		if c2, _ := classAt(s, i+1); c2 != clsSpace {
+			start, cls = i+1, c2
+		}
+	}
+	if cls != clsSpace {
+		return scanClass(s, start, cls)
+	}
+	j, lastChar := i, i
+	for j < len(s) {
+		c, cw := at(s, j)
+		if !isSpaceRune(c, cw) {
+			break
+		}
+		lastChar = j
+		j += cw
+	}
+	switch {
+	case j == len(s): // \s+(?!\S) at the end
+		return j
+	case lastChar > i: // \s+(?!\S) backtracks one character
+		return lastChar
+	default: // \s+
+		return j
+	}
+}

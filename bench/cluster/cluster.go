@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -274,15 +275,33 @@ func lastLines(s string, n int) string {
 	return "  | " + strings.Join(l, "\n  | ")
 }
 
-// FreePort returns a port on host that was free a moment ago.
+// FreePort returns a port on host that is free now. It draws from 20000–32767, below Linux's
+// ephemeral range (32768+), so a port handed to a child cannot meanwhile be taken by some
+// process binding port 0 (tests, outgoing connections); ports already handed out by this
+// process are never reused.
 func FreePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, err
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 200 {
+		p := 20000 + rand.IntN(12768)
+		if portsUsed[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsUsed[p] = true
+		return p, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no free port on %s in 20000–32767", host)
 }
+
+var (
+	portsMu   sync.Mutex
+	portsUsed = map[int]bool{}
+)
 
 func portAddr(host string, base, i int) (string, error) {
 	if base == 0 {

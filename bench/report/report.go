@@ -145,7 +145,7 @@ func timePlot(path, title string, r *load.Result) error {
 	}
 	sc.GlyphStyle.Radius = vg.Points(1)
 	sc.GlyphStyle.Shape = draw.CircleGlyph{}
-	sc.GlyphStyle.Color = color.RGBA{R: 70, G: 110, B: 200, A: 120}
+	sc.GlyphStyle.Color = color.NRGBA{R: 40, G: 90, B: 200, A: 140}
 	p.Add(sc)
 	var p99 plotter.XYs
 	for _, w := range r.Timeline {
@@ -186,7 +186,7 @@ func nodePlot(path, title string, samples []load.NodeSample) error {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "time (s)"
-	p.Y.Label.Text = "in-flight load"
+	p.Y.Label.Text = "in-flight load (estimated cost s, or batches)"
 	p.Add(plotter.NewGrid())
 	for i, n := range names {
 		l, err := plotter.NewLine(byNode[n])

@@ -47,7 +47,7 @@ func TestTraceDeterministicBySeed(t *testing.T) {
 
 func TestTraceShape(t *testing.T) {
 	s := Default()
-	s.TraceSize = 200
+	s.TraceSize = 80
 	s.ChineseShare = 0.2
 	s.RepeatQueryShare = 0.5
 	tr, err := New(s, 1)
@@ -136,5 +136,16 @@ func TestEstimateTokens(t *testing.T) {
 		if got := EstimateTokens(tt.in); got != tt.want {
 			t.Errorf("EstimateTokens(%q) = %d, want %d", tt.in, got, tt.want)
 		}
+	}
+}
+
+// BenchmarkGenerate is the cost of one search-like request (~60 items of ~250 tokens).
+func BenchmarkGenerate(b *testing.B) {
+	s := Default()
+	b.ReportAllocs()
+	i := uint64(0)
+	for b.Loop() {
+		generate(s, 1, i)
+		i++
 	}
 }

@@ -110,7 +110,8 @@ func runCluster(args []string) error {
 		say("cluster: self-test /v1/rerank OK: %s", got)
 	}
 	fmt.Printf("\n%s", cluster.Examples(cfg.Proxy.HTTPAddr, cfg.Proxy.GRPCAddr))
-	say("\ncluster: running; Ctrl-C stops everything.")
+	fmt.Fprintln(os.Stderr)
+	say("cluster: running; Ctrl-C stops everything.")
 	return c.Wait(ctx)
 }
 

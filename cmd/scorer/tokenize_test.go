@@ -31,7 +31,6 @@ func TestTokenizeCmd(t *testing.T) {
 		{name: "shipped tokenizer", in: in, want: "[9707,1879]\n[151644,872]\n"},
 		{name: "no special", args: []string{"--no-special"}, in: in, want: "[9707,1879]\n[27,91,318,4906,91,29,872]\n"},
 		{name: "model folder", args: []string{"--tokenizer", modelDir}, in: in, want: "[9707,1879]\n[151644,872]\n"},
-		{name: "tokenizer file", args: []string{"--tokenizer", filepath.Join(modelDir, "tokenizer.json")}, in: in, want: "[9707,1879]\n[151644,872]\n"},
 		{name: "missing tokenizer", args: []string{"--tokenizer", filepath.Join(modelDir, "nope.json")}, in: in, wantErr: "nope.json"},
 		{name: "bad line", in: "\"a\"\n42\n", want: "[64]\n", wantErr: "line 2"},
 		{name: "stray argument", args: []string{"file.txt"}, wantErr: "unexpected arguments"},

@@ -1,3 +1,9 @@
 module gemmgen
 
 go 1.26.0
+
+require github.com/relevance-scoring/relevance v0.0.0
+
+require golang.org/x/sys v0.49.0 // indirect
+
+replace github.com/relevance-scoring/relevance => ../..

@@ -35,8 +35,9 @@ type Options struct {
 	// Threads is the number of goroutines the kernels split one call across; 0 keeps the
 	// kernels' default (GOMAXPROCS). The kernels' thread count is process-wide.
 	Threads int
-	// MoEPolicy names the MoE kernel policy ("threshold", "auto", "fixed:<blockM>"); "" is the
-	// kernels' default. Reported in Info; passed to the kernels once they take a policy.
+	// MoEPolicy names the MoE kernel policy ("threshold", "auto", "fixed:<blockM>"; see
+	// kernels.ParseMoEPolicy); "" is "threshold". The engine holds its own kernels.MoERunner;
+	// under "auto" Load measures the cost table (about a second). Ignored by dense models.
 	MoEPolicy string
 	// Name is the model name reported in Info; "" uses the folder's base name.
 	Name string
@@ -100,17 +101,37 @@ func Load(dir string, opt Options) (*Engine, error) {
 	if tok.VocabSize() > cfg.VocabSize {
 		return nil, fmt.Errorf("load model %s: tokenizer has %d tokens, more than vocab_size %d", dir, tok.VocabSize(), cfg.VocabSize)
 	}
+	policy := kernels.MoEPolicy{Kind: kernels.PolicyThreshold}
+	if opt.MoEPolicy != "" {
+		if policy, err = kernels.ParseMoEPolicy(opt.MoEPolicy); err != nil {
+			return nil, fmt.Errorf("load model: %w", err)
+		}
+	}
+	runner := kernels.NewMoERunner(policy)
 	ck, err := safetensors.OpenDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("load model: %w", err)
 	}
-	m, err := qwen.Load(cfg, ck, qwen.LoadOptions{HeadRows: []int{int(yes), int(no)}, MaxPositions: maxTokens})
+	m, err := qwen.Load(cfg, ck, qwen.LoadOptions{HeadRows: []int{int(yes), int(no)}, MaxPositions: maxTokens, MoE: runner})
 	if err != nil {
 		ck.Close()
 		return nil, fmt.Errorf("load model %s: %w", dir, err)
 	}
 	if opt.Threads > 0 {
 		kernels.SetThreads(opt.Threads)
+	}
+	// The auto policy needs a cost table per expert shape; measure it now rather than on the
+	// first request (every sparse layer of these models has the same shape).
+	if policy.Kind == kernels.PolicyAuto {
+		for _, l := range m.Layers {
+			if l.Sparse {
+				if _, err := runner.Calibrate(l.Experts, time.Second); err != nil {
+					ck.Close()
+					return nil, fmt.Errorf("load model: %w", err)
+				}
+				break
+			}
+		}
 	}
 	name := opt.Name
 	if name == "" {
@@ -122,16 +143,13 @@ func Load(dir string, opt Options) (*Engine, error) {
 		ckpt:    ck,
 		builder: prompt.New(tok, maxTokens),
 		info: scorer.Info{
-			Model: name, Architecture: cfg.Arch(), DType: m.DType, Kernels: "generic",
+			Model: name, Architecture: cfg.Arch(), DType: m.DType, Kernels: kernels.Implementation(),
 			MaxTokens: maxTokens,
 		},
 		cost: opt.Cost,
 	}
 	if cfg.NumExperts > 0 {
-		e.info.MoEPolicy = opt.MoEPolicy
-		if e.info.MoEPolicy == "" {
-			e.info.MoEPolicy = "default"
-		}
+		e.info.MoEPolicy = policy.String()
 	}
 	if e.cost == (costmodel.Coeffs{}) {
 		e.cost = shapeCost(cfg, kernels.Threads())

@@ -3,8 +3,10 @@ package model
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/relevance-scoring/relevance/scorer"
 	"github.com/relevance-scoring/relevance/scorer/model/qwen"
@@ -23,9 +25,14 @@ type GenSpec struct {
 	FusedExperts bool
 }
 
-// calibrationQuery and calibrationDocs are the prompts the generated model's score head is
+// calibrationQueries and calibrationDocs are the prompts the generated model's score head is
 // calibrated on: varied lengths, scripts and topics, so that scores of ordinary documents spread.
-const calibrationQuery = "how do I make a cheap espresso at home?"
+var calibrationQueries = []string{
+	"how do I make a cheap espresso at home?",
+	"history of the river city",
+	"机器学习 model error",
+	"best player score this year",
+}
 
 var calibrationDocs = []string{
 	"A moka pot makes strong coffee on a stove for a few dollars.",
@@ -44,6 +51,25 @@ var calibrationDocs = []string{
 	"Café cubano is sweetened espresso from Cuba.",
 	"Quantum computers use qubits.",
 	"Instant coffee dissolves in hot water.",
+}
+
+// syntheticDocs makes n deterministic documents of 2 to 25 words: with hidden sizes of hundreds,
+// the direction of largest variance of the last state is only found from many samples.
+func syntheticDocs(n int) []string {
+	words := strings.Fields("coffee espresso the a of and to in is for with on that by this from at as " +
+		"river mountain price market city music history science water light energy code error " +
+		"machine learning model search query result page book film game team player score year " +
+		"北京 東京 café über naïve 2024 3.14 100% $5 (note) — \"quoted\" x+y=z")
+	rng := rand.New(rand.NewPCG(2024, 7))
+	docs := make([]string, n)
+	for i := range docs {
+		w := make([]string, 2+rng.IntN(24))
+		for j := range w {
+			w[j] = words[rng.IntN(len(words))]
+		}
+		docs[i] = strings.Join(w, " ")
+	}
+	return docs
 }
 
 // Generate writes a deterministic random-initialised checkpoint into dir: config.json (Hugging
@@ -77,12 +103,18 @@ func Generate(dir string, spec GenSpec) error {
 	if err != nil {
 		return fmt.Errorf("gen-model: %w", err)
 	}
+	// Calibrate on several queries' prompts, as the engine runs them (prefix groups).
 	b := prompt.New(tok, 0)
-	g, err := b.Build("", calibrationQuery, calibrationDocs, scorer.TokenizeOptions{})
-	if err != nil {
-		return fmt.Errorf("gen-model: %w", err)
+	docs := append(append([]string(nil), calibrationDocs...), syntheticDocs(96)...)
+	var samples []*qwen.Group
+	for i, q := range calibrationQueries {
+		g, err := b.Build("", q, docs[i*len(docs)/len(calibrationQueries):(i+1)*len(docs)/len(calibrationQueries)], scorer.TokenizeOptions{})
+		if err != nil {
+			return fmt.Errorf("gen-model: %w", err)
+		}
+		samples = append(samples, &qwen.Group{Prefix: g.Prefix, Items: g.Items})
 	}
-	if err := qwen.Calibrate(cfg, ts, [2]int{int(yes), int(no)}, []*qwen.Group{{Prefix: g.Prefix, Items: g.Items}}, 2.5); err != nil {
+	if err := qwen.Calibrate(cfg, ts, [2]int{int(yes), int(no)}, samples, 2.5); err != nil {
 		return fmt.Errorf("gen-model: %w", err)
 	}
 	if err := qwen.WriteCheckpoint(dir, cfg, ts, dtype); err != nil {

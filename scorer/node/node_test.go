@@ -39,7 +39,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type fakeEngine struct {
 	maxTokens   int
 	secPerToken float64
-	release     chan struct{}         // nil: Forward returns at once; else waits for a receive or close
+	release     chan struct{}        // nil: Forward returns at once; else waits for a receive or close
 	started     chan []*scorer.Group // receives every pass's groups (buffered)
 	err         error
 

@@ -88,8 +88,8 @@ type Server struct {
 // rankerService is the name grpc.health.v1 reports besides the empty (whole server) name.
 var rankerService = relevancev1.Ranker_ServiceDesc.ServiceName
 
-// New builds the gRPC front and starts copying the core's readiness into the health service.
-// It does not listen; call Serve.
+// New builds the gRPC front and starts copying the core's readiness into the health service (a
+// goroutine that Shutdown or SetDraining stops). It does not listen; call Serve.
 func New(cfg Config, opts Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"unicode/utf8"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 )
@@ -14,13 +15,13 @@ import (
 // rerankRequest is the union of the Jina/vLLM (/v1/rerank, /rerank) and Cohere v2 (/v2/rerank)
 // request bodies. Pointers tell "absent" from zero. Unknown fields are ignored.
 type rerankRequest struct {
-	Model           string            `json:"model"`
-	Query           *string           `json:"query"`
-	Documents       []json.RawMessage `json:"documents"`
-	TopN            *int64            `json:"top_n"`
-	ReturnDocuments *bool             `json:"return_documents"`
-	MaxTokensPerDoc *int64            `json:"max_tokens_per_doc"`
-	Instruction     string            `json:"instruction"`
+	Model           string     `json:"model"`
+	Query           *string    `json:"query"`
+	Documents       []document `json:"documents"`
+	TopN            *int64     `json:"top_n"`
+	ReturnDocuments *bool      `json:"return_documents"`
+	MaxTokensPerDoc *int64     `json:"max_tokens_per_doc"`
+	Instruction     string     `json:"instruction"`
 }
 
 // maxDocTokens caps max_tokens_per_doc to what ScoreOptions.max_tokens_per_item can carry.
@@ -49,13 +50,12 @@ func parseRerank(body []byte) (*relevancev1.ScoreRequest, []string, rerankReques
 	}
 	texts := make([]string, len(rr.Documents))
 	items := make([]*relevancev1.Item, len(rr.Documents))
-	for i, raw := range rr.Documents {
-		t, err := documentText(raw)
-		if err != nil {
-			return nil, nil, rr, fieldErr(fmt.Sprintf("documents[%d]", i), err.Error())
+	for i, d := range rr.Documents {
+		if d.err != nil {
+			return nil, nil, rr, fieldErr(fmt.Sprintf("documents[%d]", i), d.err.Error())
 		}
-		texts[i] = t
-		items[i] = &relevancev1.Item{Text: t}
+		texts[i] = d.text
+		items[i] = &relevancev1.Item{Text: d.text}
 	}
 	req := &relevancev1.ScoreRequest{
 		Query:       *rr.Query,
@@ -72,6 +72,19 @@ func parseRerank(body []byte) (*relevancev1.ScoreRequest, []string, rerankReques
 	return req, texts, rr, nil
 }
 
+// document is one entry of "documents". Its error is kept rather than returned so that the
+// caller can name the entry's index (encoding/json would not).
+type document struct {
+	text string
+	err  error
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *document) UnmarshalJSON(raw []byte) error {
+	d.text, d.err = documentText(raw)
+	return nil
+}
+
 // documentText accepts a document as a JSON string or as an object with a string "text" field
 // (Jina, vLLM and older Cohere clients send objects; other fields are ignored).
 func documentText(raw json.RawMessage) (string, error) {
@@ -81,6 +94,9 @@ func documentText(raw json.RawMessage) (string, error) {
 	}
 	switch raw[0] {
 	case '"':
+		if plainJSONString(raw) {
+			return string(raw[1 : len(raw)-1]), nil // string() copies out of the request buffer
+		}
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return "", fmt.Errorf("invalid string: %w", err)
@@ -99,6 +115,22 @@ func documentText(raw json.RawMessage) (string, error) {
 		return *o.Text, nil
 	}
 	return "", fmt.Errorf("must be a string or an object with a text field, got %s", jsonKind(raw[0]))
+}
+
+// plainJSONString reports whether raw is a quoted JSON string whose content needs no decoding:
+// no escapes, no control characters, valid UTF-8 (encoding/json would replace invalid bytes).
+// Most documents are, and copying them directly saves a second decoding pass.
+func plainJSONString(raw []byte) bool {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return false
+	}
+	body := raw[1 : len(raw)-1]
+	for _, c := range body {
+		if c == '\\' || c == '"' || c < 0x20 {
+			return false
+		}
+	}
+	return utf8.Valid(body)
 }
 
 func jsonKind(c byte) string {

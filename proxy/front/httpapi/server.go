@@ -2,6 +2,13 @@
 // relevance.v1.Ranker/Score), POST /v1/rerank and /rerank (Jina/vLLM rerank), POST /v2/rerank
 // (Cohere v2 rerank), and GET /healthz, /readyz, /metrics, /v1/nodes.
 //
+// /v1/score speaks the proto3 JSON mapping (protojson: snake_case names, enums by name, 64-bit
+// integers as strings, zero values emitted). The rerank routes accept documents as strings or
+// {"text": …} objects and ignore unknown fields; errors name the field: 400 for malformed JSON,
+// 422 for a well-formed body with a bad value, 413 over http.max_body_bytes; core errors map as
+// in front.Classify. /v2/* answers errors as Cohere does ({"message"}), the rest as
+// {"error": {"message", "type", "code"}}.
+//
 // Every handler copies what it hands to the core (encoding/json and protojson allocate fresh
 // strings), because fasthttp reuses a RequestCtx's buffers once the handler returns while the
 // core's fan-out may still hold the request (a batch still running after a deadline answer).

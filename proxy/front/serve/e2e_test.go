@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os/exec"
 	"sort"
 	"strings"
 	"testing"
@@ -31,11 +32,7 @@ func TestEndToEndWithRealCore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		start := time.Now()
-		nodes.Close()
-		t.Logf("nodes closed in %s", time.Since(start))
-	}()
+	defer nodes.Close()
 	cfg := testRunConfig()
 	cfg.Proxy.Nodes.Static = nodes.Addrs()
 	cfg.Proxy.Split.MaxBatchItems = 4 // several batches over several nodes
@@ -152,6 +149,60 @@ func TestEndToEndWithRealCore(t *testing.T) {
 	if n := nodes[0].Calls() + nodes[1].Calls() + nodes[2].Calls(); n < 4 {
 		t.Errorf("nodes got %d batches for 2 requests of 10 items in batches of <= 4", n)
 	}
+	// Core errors through the HTTP front: a deadline too short for slow nodes, then no node.
+	post := func(path, body string, h map[string]string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", "http://"+a.http+path, strings.NewReader(body))
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, b
+	}
+	for _, n := range nodes {
+		n.SetLatency(func(fakenode.Batch) time.Duration { return 300 * time.Millisecond })
+	}
+	resp, b = post("/v1/rerank", `{"query":"q","documents":["a","b","c"]}`, map[string]string{"X-Request-Timeout-Ms": "30"})
+	switch {
+	case resp.StatusCode == 504 && strings.Contains(string(b), `"type":"timeout"`):
+	case resp.StatusCode == 429 && resp.Header.Get("Retry-After") != "": // admission saw it coming
+	default:
+		t.Errorf("short deadline on slow nodes: %d %s (Retry-After %q), want 504 or 429", resp.StatusCode, b, resp.Header.Get("Retry-After"))
+	}
+	for _, n := range nodes {
+		n.SetServing(false)
+	}
+	if err := waitFor(func() bool { return !core.Ready() }); err != nil {
+		t.Fatal("core still ready with every node NOT_SERVING")
+	}
+	resp, b = post("/v2/rerank", `{"model":"m","query":"q","documents":["a"]}`, nil)
+	if resp.StatusCode != 503 || !strings.HasPrefix(string(b), `{"message":`) {
+		t.Errorf("no healthy node: %d %s, want 503 in Cohere shape", resp.StatusCode, b)
+	}
+	if code, _ := getCode(client, "http://"+a.http+"/readyz"); code != 503 {
+		t.Errorf("/readyz with no healthy node = %d, want 503", code)
+	}
+
+	mresp, err := client.Get("http://" + a.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposition, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if path, err := exec.LookPath("promtool"); err == nil {
+		cmd := exec.Command(path, "check", "metrics")
+		cmd.Stdin = strings.NewReader(string(exposition))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool check metrics: %v\n%s", err, out)
+		}
+	} else {
+		t.Log("promtool not on PATH; only testutil.GatherAndLint ran")
+	}
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -167,4 +218,29 @@ func (a testAdapter) NodesJSON() any { return a.Nodes() }
 
 type testWriter struct{ t testing.TB }
 
-func (w testWriter) Write(b []byte) (int, error) { w.t.Log(strings.TrimSpace(string(b))); return len(b), nil }
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+func getCode(c *http.Client, url string) (int, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// waitFor polls cond (a health watch has no event the test can wait on) for up to 5 s.
+func waitFor(cond func() bool) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return context.DeadlineExceeded
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}

@@ -25,6 +25,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		// The benchmark's fasthttp client: sleeping cleaners that exit on their own.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
 	)
 }
 
@@ -154,7 +158,7 @@ func TestRunServesBothFronts(t *testing.T) {
 func TestRunDrainsOnCancel(t *testing.T) {
 	core := &fakeCore{hold: make(chan struct{}), entered: make(chan struct{}, 1)}
 	cfg := testRunConfig()
-	cfg.Shutdown.Delay = 300 * time.Millisecond
+	cfg.Shutdown.Delay = time.Second
 	r := startRun(t, cfg, core)
 	client := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
@@ -174,7 +178,7 @@ func TestRunDrainsOnCancel(t *testing.T) {
 	r.cancel() // as SIGTERM does through signal.NotifyContext
 	// Readiness flips at once, while the listeners stay open for the delay.
 	readyClient := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Second}
-	deadline := time.Now().Add(250 * time.Millisecond)
+	deadline := time.Now().Add(800 * time.Millisecond)
 	for {
 		code, _ := get(t, readyClient, r.httpURL+"/readyz")
 		if code == 503 {

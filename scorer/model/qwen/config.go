@@ -29,13 +29,15 @@ type Config struct {
 	Architectures []string `json:"architectures"`
 	ModelType     string   `json:"model_type,omitempty"`
 
-	VocabSize             int     `json:"vocab_size"`
-	HiddenSize            int     `json:"hidden_size"`
-	IntermediateSize      int     `json:"intermediate_size"`
-	NumHiddenLayers       int     `json:"num_hidden_layers"`
-	NumAttentionHeads     int     `json:"num_attention_heads"`
-	NumKeyValueHeads      int     `json:"num_key_value_heads"`
-	HeadDim               int     `json:"head_dim,omitempty"` // 0: hidden_size / num_attention_heads
+	VocabSize         int `json:"vocab_size"`
+	HiddenSize        int `json:"hidden_size"`
+	IntermediateSize  int `json:"intermediate_size"`
+	NumHiddenLayers   int `json:"num_hidden_layers"`
+	NumAttentionHeads int `json:"num_attention_heads"`
+	NumKeyValueHeads  int `json:"num_key_value_heads"`
+	// HeadDim defaults as transformers does: 128 for Qwen3 (its config class default),
+	// hidden_size / num_attention_heads for the MoE architectures.
+	HeadDim               int     `json:"head_dim,omitempty"`
 	MaxPositionEmbeddings int     `json:"max_position_embeddings"`
 	RMSNormEps            float64 `json:"rms_norm_eps"`
 	HiddenAct             string  `json:"hidden_act"`
@@ -57,6 +59,9 @@ type Config struct {
 	DecoderSparseStep            int   `json:"decoder_sparse_step,omitempty"` // 0: 1
 	MLPOnlyLayers                []int `json:"mlp_only_layers,omitempty"`
 	SharedExpertIntermediateSize int   `json:"shared_expert_intermediate_size,omitempty"`
+
+	// UseSlidingWindow must be false: sliding-window attention is not implemented.
+	UseSlidingWindow bool `json:"use_sliding_window,omitempty"`
 
 	TorchDType string `json:"torch_dtype,omitempty"`
 }
@@ -103,8 +108,23 @@ func (c *Config) Defaults() {
 	if c.NumKeyValueHeads == 0 {
 		c.NumKeyValueHeads = c.NumAttentionHeads
 	}
+	if c.HeadDim == 0 && c.Arch() == ArchQwen3 {
+		c.HeadDim = 128
+	}
 	if c.HeadDim == 0 && c.NumAttentionHeads > 0 {
 		c.HeadDim = c.HiddenSize / c.NumAttentionHeads
+	}
+	// MoE sizes default to the transformers config classes' values.
+	switch c.Arch() {
+	case ArchQwen3MoE:
+		c.NumExperts = cmpOr(c.NumExperts, 128)
+		c.NumExpertsPerTok = cmpOr(c.NumExpertsPerTok, 8)
+		c.MoEIntermediateSize = cmpOr(c.MoEIntermediateSize, 768)
+	case ArchQwen2MoE:
+		c.NumExperts = cmpOr(c.NumExperts, 60)
+		c.NumExpertsPerTok = cmpOr(c.NumExpertsPerTok, 4)
+		c.MoEIntermediateSize = cmpOr(c.MoEIntermediateSize, 1408)
+		c.SharedExpertIntermediateSize = cmpOr(c.SharedExpertIntermediateSize, 5632)
 	}
 	if c.RMSNormEps == 0 {
 		c.RMSNormEps = 1e-6
@@ -172,6 +192,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("config.json: rope scaling type %q is not supported (only default RoPE)", t)
 		}
 	}
+	if c.UseSlidingWindow {
+		return fmt.Errorf("config.json: use_sliding_window: sliding-window attention is not supported, got true")
+	}
 	if c.HiddenAct != "silu" {
 		return fmt.Errorf("config.json: hidden_act: only \"silu\" is supported, got %q", c.HiddenAct)
 	}
@@ -232,4 +255,11 @@ func (c *Config) HasOBias() bool { return c.Arch() != ArchQwen2MoE && c.Attentio
 // HasSharedExpert reports the Qwen2-MoE shared expert and its gate on sparse layers.
 func (c *Config) HasSharedExpert() bool {
 	return c.Arch() == ArchQwen2MoE && c.SharedExpertIntermediateSize > 0
+}
+
+func cmpOr(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
 }

@@ -182,7 +182,9 @@ func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]
 		// Feed-forward block.
 		kernels.RMSNorm(b.xn, x, layer.PostNorm, T, float32(cfg.RMSNormEps))
 		if layer.Sparse {
-			m.moe(b, layer, T, st)
+			if err := m.moe(b, layer, T, st); err != nil {
+				return nil, fmt.Errorf("layer %d: %w", l, err)
+			}
 		} else {
 			mlp(b.o, b.xn, T, layer.Gate, layer.Up, layer.Down, b.g, b.u)
 		}
@@ -280,7 +282,7 @@ func (m *Model) attention(b *buffers, groups []*Group, spans []span, l, prefixRo
 // moe writes the sparse block's output for b.xn into b.o: route each token (softmax over all
 // experts in f32, top-k, optional renormalisation), group the tokens of each expert, run the
 // grouped expert kernel, and add the gated shared expert (Qwen2-MoE).
-func (m *Model) moe(b *buffers, layer *Layer, T int, st *Stats) {
+func (m *Model) moe(b *buffers, layer *Layer, T int, st *Stats) error {
 	cfg := m.Config
 	H, E, k := cfg.HiddenSize, cfg.NumExperts, cfg.NumExpertsPerTok
 	t0 := time.Now()
@@ -290,29 +292,37 @@ func (m *Model) moe(b *buffers, layer *Layer, T int, st *Stats) {
 		r.Tokens[e] = r.Tokens[e][:0]
 		r.Weights[e] = r.Weights[e][:0]
 	}
-	sel := make([]int, k)
+	idx, w := make([]int32, k), make([]float32, k)
 	for t := 0; t < T; t++ {
 		p := b.router[t*E : (t+1)*E]
 		kernels.Softmax(p)
-		topK(p, sel)
+		kernels.TopK(p, k, idx, w)
 		var sum float32
-		for _, e := range sel {
-			sum += p[e]
+		for _, v := range w {
+			sum += v
 		}
-		for _, e := range sel {
-			w := p[e]
+		for j, e := range idx {
+			v := w[j]
 			if cfg.NormTopKProb {
-				w /= sum
+				v /= sum
 			}
 			r.Tokens[e] = append(r.Tokens[e], int32(t))
-			r.Weights[e] = append(r.Weights[e], w)
+			r.Weights[e] = append(r.Weights[e], v)
 		}
 	}
 	t1 := time.Now()
 	st.Router += t1.Sub(t0)
 
 	clear(b.o)
-	ms := kernels.MoE(b.o, b.xn, H, layer.Experts, r)
+	var ms kernels.MoEStats
+	if m.MoE != nil {
+		var err error
+		if ms, err = m.MoE.Run(b.o, b.xn, H, layer.Experts, r); err != nil {
+			return fmt.Errorf("moe: %w", err)
+		}
+	} else {
+		ms = kernels.MoE(b.o, b.xn, H, layer.Experts, r)
+	}
 	st.MoEVariants[ms.Variant]++
 	st.MoEPaddingSum += ms.PaddingRatio
 	st.MoECalls++
@@ -328,27 +338,7 @@ func (m *Model) moe(b *buffers, layer *Layer, T int, st *Stats) {
 		}
 	}
 	st.MoE += time.Since(t1)
-}
-
-// topK writes the indices of the len(sel) largest values of p into sel, largest first; ties go
-// to the lower index.
-func topK(p []float32, sel []int) {
-	for j := range sel {
-		best := -1
-		for e, v := range p {
-			taken := false
-			for _, s := range sel[:j] {
-				if s == e {
-					taken = true
-					break
-				}
-			}
-			if !taken && (best < 0 || v > p[best]) {
-				best = e
-			}
-		}
-		sel[j] = best
-	}
+	return nil
 }
 
 // mlp writes down(silu(gate(x))·up(x)) for T rows into out, using g and u as scratch.

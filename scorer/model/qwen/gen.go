@@ -214,7 +214,8 @@ func (m MemSource) Tensor(name string) (safetensors.Tensor, error) {
 // ≈ sigma (samples are prefix groups, as the engine runs them): scores then spread over (0, 1) instead of all sitting near 0 or 1. The difference is
 // linear in the final norm weight n: logit = n · (ĥ ⊙ (w₀ − w₁)) where ĥ is the normalised last
 // state, so n is taken along the direction of largest variance of ĥ ⊙ (w₀ − w₁), made orthogonal
-// to its mean. The head rows and every other weight are unchanged.
+// to its mean, fitted on half the samples and scaled on the other half. The head rows and every
+// other weight are unchanged.
 func Calibrate(cfg *Config, ts []safetensors.WriteTensor, rows [2]int, samples []*Group, sigma float64) error {
 	src := NewMemSource(ts)
 	norm, ok := src["model.norm.weight"]
@@ -267,8 +268,19 @@ func Calibrate(cfg *Config, ts []safetensors.WriteTensor, rows [2]int, samples [
 		}
 		us = append(us, u)
 	}
-	if len(us) < 2 {
-		return fmt.Errorf("calibrate: need at least 2 non-empty sample items, got %d", len(us))
+	if len(us) < 4 {
+		return fmt.Errorf("calibrate: need at least 4 non-empty sample items, got %d", len(us))
+	}
+	// The direction is fitted on every other sample and scaled on the rest: with few samples
+	// in many dimensions the fitted direction's in-sample spread overstates what unseen
+	// documents give.
+	var fit, held [][]float64
+	for i, u := range us {
+		if i%2 == 0 {
+			fit = append(fit, u)
+		} else {
+			held = append(held, u)
+		}
 	}
 	mean := make([]float64, H)
 	for _, u := range us {
@@ -298,7 +310,7 @@ func Calibrate(cfg *Config, ts []safetensors.WriteTensor, rows [2]int, samples [
 	proj(v)
 	for range 50 {
 		next := make([]float64, H)
-		for _, u := range us {
+		for _, u := range fit {
 			c := 0.0
 			for j := range u {
 				c += (u[j] - mean[j]) * v[j]
@@ -311,11 +323,11 @@ func Calibrate(cfg *Config, ts []safetensors.WriteTensor, rows [2]int, samples [
 		proj(v)
 	}
 	var sd float64
-	for _, u := range us {
+	for _, u := range held {
 		d := dot64(u, v) - dot64(mean, v)
 		sd += d * d
 	}
-	sd = math.Sqrt(sd / float64(len(us)))
+	sd = math.Sqrt(sd / float64(len(held)))
 	if !(sd > 0) {
 		return fmt.Errorf("calibrate: the sample sequences give identical last states")
 	}

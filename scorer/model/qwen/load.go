@@ -46,6 +46,9 @@ type Model struct {
 	DType string
 	// FusedExperts is true when the checkpoint stores experts as fused [E, …] tensors.
 	FusedExperts bool
+	// MoE runs the grouped expert GEMM under the node's policy; nil uses the kernels'
+	// package-level runner.
+	MoE *kernels.MoERunner
 
 	embed   safetensors.Tensor // [vocab, hidden]
 	rope    *kernels.RoPETable
@@ -59,6 +62,8 @@ type LoadOptions struct {
 	HeadRows []int
 	// MaxPositions is the number of positions the RoPE table covers (the longest prompt).
 	MaxPositions int
+	// MoE is the expert-GEMM runner (policy, cost tables); nil uses the kernels' default.
+	MoE *kernels.MoERunner
 }
 
 // loader tracks which tensors were used so that extras can be reported.
@@ -79,7 +84,7 @@ func Load(cfg *Config, src TensorSource, opt LoadOptions) (*Model, error) {
 	for _, n := range src.Names() {
 		ld.names[n] = true
 	}
-	m := &Model{Config: cfg, maxPos: opt.MaxPositions}
+	m := &Model{Config: cfg, maxPos: opt.MaxPositions, MoE: opt.MoE}
 	H, hd := cfg.HiddenSize, cfg.HeadDim
 	qd, kvd := cfg.NumAttentionHeads*hd, cfg.NumKeyValueHeads*hd
 

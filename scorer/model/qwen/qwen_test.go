@@ -265,7 +265,8 @@ func TestParseConfig(t *testing.T) {
 		{"bad json", `{"architectures":`, "config.json"},
 		{"zero hidden", `{"architectures":["Qwen3ForCausalLM"],"vocab_size":3,"num_hidden_layers":1,"num_attention_heads":1,"intermediate_size":4}`, "hidden_size: must be > 0, got 0"},
 		{"kv heads", `{"architectures":["Qwen3ForCausalLM"],` + good + `,"num_key_value_heads":3}`, "num_key_value_heads: must divide"},
-		{"moe without experts", `{"architectures":["Qwen3MoeForCausalLM"],` + good + `}`, "num_experts: must be > 0"},
+		{"moe with negative experts", `{"architectures":["Qwen3MoeForCausalLM"],` + good + `,"num_experts":-1}`, "num_experts: must be > 0"},
+		{"sliding window", `{"architectures":["Qwen3ForCausalLM"],` + good + `,"use_sliding_window":true}`, "use_sliding_window"},
 		{"top-k", `{"architectures":["Qwen3MoeForCausalLM"],` + good + `,"num_experts":4,"num_experts_per_tok":5,"moe_intermediate_size":8}`, "num_experts_per_tok"},
 		{"mlp_only range", `{"architectures":["Qwen3MoeForCausalLM"],` + good + `,"num_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":8,"mlp_only_layers":[5]}`, "mlp_only_layers: layer 5"},
 		{"act", `{"architectures":["Qwen3ForCausalLM"],` + good + `,"hidden_act":"gelu"}`, `hidden_act: only "silu"`},
@@ -281,11 +282,11 @@ func TestParseConfig(t *testing.T) {
 	}
 	// Both spellings of rope theta, and the Qwen2-MoE defaults.
 	c, err := ParseConfig([]byte(`{"architectures":["Qwen3ForCausalLM"],` + good + `,"rope_parameters":{"rope_theta":1000000,"rope_type":"default"}}`))
-	if err != nil || c.RopeTheta != 1e6 || c.HeadDim != 8 {
+	if err != nil || c.RopeTheta != 1e6 || c.HeadDim != 128 {
 		t.Fatalf("rope_parameters: %+v, %v", c, err)
 	}
 	c, err = ParseConfig([]byte(`{"architectures":["Qwen2MoeForCausalLM"],` + good + `,"rope_theta":500,"num_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":8}`))
-	if err != nil || c.RopeTheta != 500 || !c.HasQKVBias() || c.HasOBias() || c.HasQKNorm() {
+	if err != nil || c.RopeTheta != 500 || !c.HasQKVBias() || c.HasOBias() || c.HasQKNorm() || c.HeadDim != 8 || c.SharedExpertIntermediateSize != 5632 {
 		t.Fatalf("qwen2_moe: %+v, %v", c, err)
 	}
 }

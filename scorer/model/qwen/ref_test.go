@@ -232,7 +232,7 @@ func (r *refModel) moe(tb testing.TB, p string, x []float64) []float64 {
 		if gu, ok := r.t[p+"mlp.experts.gate_up_proj"]; ok {
 			g = gu[e*2*I*H : e*2*I*H+I*H]
 			u = gu[e*2*I*H+I*H : (e+1)*2*I*H]
-			d = r.w(tb, p + "mlp.experts.down_proj")[e*H*I : (e+1)*H*I]
+			d = r.w(tb, p+"mlp.experts.down_proj")[e*H*I : (e+1)*H*I]
 		} else {
 			ep := p + "mlp.experts." + itoa(e) + "."
 			g, u, d = r.w(tb, ep+"gate_proj.weight"), r.w(tb, ep+"up_proj.weight"), r.w(tb, ep+"down_proj.weight")
