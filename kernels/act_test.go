@@ -101,6 +101,7 @@ func TestMaxF32(t *testing.T) {
 }
 
 func BenchmarkSiLUMul(b *testing.B) {
+	requireAsm(b)
 	for _, impl := range []struct {
 		name string
 		f    func(dst, g, u []float32)
@@ -121,6 +122,7 @@ func BenchmarkSiLUMul(b *testing.B) {
 }
 
 func BenchmarkSoftmax(b *testing.B) {
+	requireAsm(b)
 	for _, impl := range []struct {
 		name string
 		f    func(x []float32)

@@ -101,6 +101,7 @@ func TestAttentionBadShapes(t *testing.T) {
 // BenchmarkAttention is the scoring job's shape: 16 items of ~200 tokens after a 71-token
 // prefix, 8 heads over 4 KV heads of 64.
 func BenchmarkAttention(b *testing.B) {
+	requireAsm(b)
 	rng := rand.New(rand.NewPCG(1, 1))
 	lens := make([]int, 16)
 	for i := range lens {

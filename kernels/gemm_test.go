@@ -7,6 +7,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // implCase is one implementation this machine can run: an ISA cap and the bf16 mode.
@@ -398,5 +400,20 @@ func BenchmarkGemm(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// TestLinearLeavesNoGoroutines: Linear's helpers end with the call (no pool survives it), so
+// goleak checks elsewhere never see them.
+func TestLinearLeavesNoGoroutines(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	prev := Threads()
+	SetThreads(4)
+	defer SetThreads(prev)
+	rng := rand.New(rand.NewPCG(9, 9))
+	p := newProblem(t, rng, 64, 256, 256, 256, F32)
+	dst := make([]float32, 64*256)
+	for range 3 {
+		Linear(dst, p.x, 64, p.w)
 	}
 }

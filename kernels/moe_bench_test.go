@@ -13,6 +13,7 @@ import (
 var moeFull = flag.Bool("moe.full", false, "benchmark MoE on full-size layers (hidden 2048)")
 
 func BenchmarkMoE(b *testing.B) {
+	requireAsm(b)
 	layers := []struct {
 		name           string
 		nE, k, h, in   int

@@ -32,6 +32,7 @@ func TestRMSNorm(t *testing.T) {
 }
 
 func BenchmarkRMSNorm(b *testing.B) {
+	requireAsm(b)
 	rng := rand.New(rand.NewPCG(1, 1))
 	const d, rows = 1024, 64
 	x := randVec(rng, rows*d)

@@ -208,30 +208,45 @@ func BenchmarkOverhead(b *testing.B) {
 	b.ReportMetric(float64(percentile(q, 0.99)-percentile(d, 0.99))/1e3, "overhead-p99-µs")
 }
 
-// BenchmarkTokenCount is the planning cost of counting 1000 items' tokens (~300 tokens each).
+// BenchmarkTokenCount is the planning cost of counting 1000 items' tokens (~250 words each),
+// on product-like text with a repeating vocabulary (the exact tokenizer's word cache hits) and
+// on random pseudo-words (it misses).
 func BenchmarkTokenCount(b *testing.B) {
 	r := rand.New(rand.NewPCG(3, 3))
-	words := []string{"wireless", "headphones", "noise", "cancelling", "battery", "30h", "Bluetooth", "5.3", "over-ear", "black,", "foldable", "with", "case", "and", "USB-C", "charging"}
-	texts := make([]string, 1000)
-	for i := range texts {
-		var sb strings.Builder
-		for range 200 {
-			sb.WriteString(words[r.IntN(len(words))])
-			sb.WriteByte(' ')
+	vocab := []string{"wireless", "headphones", "noise", "cancelling", "battery", "30h", "Bluetooth", "5.3", "over-ear", "black,", "foldable", "with", "case", "and", "USB-C", "charging"}
+	pseudo := func() string {
+		w := make([]byte, 2+r.IntN(9))
+		for i := range w {
+			w[i] = byte('a' + r.IntN(26))
 		}
-		texts[i] = sb.String()
+		return string(w)
 	}
-	for _, kind := range []string{TokensEstimate, TokensExact} {
-		tc, err := NewTokenCounter(kind)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Run(kind, func(b *testing.B) {
-			for b.Loop() {
-				for _, t := range texts {
-					tc.Item(t)
+	for _, mix := range []string{"vocab", "pseudo"} {
+		texts := make([]string, 1000)
+		for i := range texts {
+			var sb strings.Builder
+			for range 250 {
+				if mix == "vocab" {
+					sb.WriteString(vocab[r.IntN(len(vocab))])
+				} else {
+					sb.WriteString(pseudo())
 				}
+				sb.WriteByte(' ')
 			}
-		})
+			texts[i] = sb.String()
+		}
+		for _, kind := range []string{TokensEstimate, TokensExact} {
+			tc, err := NewTokenCounter(kind)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Run(mix+"/"+kind, func(b *testing.B) {
+				for b.Loop() {
+					for _, t := range texts {
+						tc.Item(t)
+					}
+				}
+			})
+		}
 	}
 }

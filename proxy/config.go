@@ -35,8 +35,8 @@ type Config struct {
 	// every node call. Must be > 0. Default 500ms.
 	SLO time.Duration `yaml:"slo" json:"slo"`
 	// OnPartialFailure is "fail" (default: a failed batch fails the request with its reason) or
-	// "partial" (return the scores obtained, failed items marked ITEM_STATUS_FAILED). A request's
-	// options.allow_partial forces "partial".
+	// "partial" (return the scores obtained, failed items marked ITEM_STATUS_FAILED; when every
+	// batch fails the request still fails). A request's options.allow_partial forces "partial".
 	OnPartialFailure string `yaml:"on_partial_failure" json:"on_partial_failure"`
 }
 

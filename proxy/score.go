@@ -373,8 +373,8 @@ func (p *Proxy) call(ctx context.Context, l *lease, pl *batchPlan) (*relevancev1
 	resp, err := n.client.ScoreBatch(ctx, pl.req)
 	el := time.Since(t0)
 	n.inflight.Add(-l.predicted)
-	if err == nil && len(resp.GetScores()) != len(pl.req.GetItems()) {
-		err = grpcError(codes.Internal, "node %s returned %d scores for %d items", n.addr, len(resp.GetScores()), len(pl.req.GetItems()))
+	if err == nil {
+		err = checkReply(resp, len(pl.req.GetItems()))
 	}
 	verdict := classify(ctx, err, el, l.expected)
 	if l.done != nil {
@@ -405,6 +405,20 @@ func (p *Proxy) call(ctx context.Context, l *lease, pl *batchPlan) (*relevancev1
 		n.closeIdle()
 	}
 	return resp, err
+}
+
+// checkReply rejects a reply that does not hold one score per item in batch order: merging it
+// would put scores on the wrong items.
+func checkReply(resp *relevancev1.ScoreBatchResponse, items int) error {
+	if len(resp.GetScores()) != items {
+		return grpcError(codes.Internal, "reply has %d scores for %d items", len(resp.GetScores()), items)
+	}
+	for j, s := range resp.GetScores() {
+		if s == nil || s.GetIndex() != uint32(j) {
+			return grpcError(codes.Internal, "reply scores[%d] has index %d", j, s.GetIndex())
+		}
+	}
+	return nil
 }
 
 // classify turns a call's error into what the breaker should count: nil (success), an error

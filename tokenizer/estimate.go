@@ -10,8 +10,9 @@ import (
 // character classes in one pass and weighs them with coefficients fitted on mixed
 // Chinese/English product text plus English prose and code (TestEstimateCalibrate fits them;
 // TestEstimateAccuracy measures the error on held-out text: about 2% mean and 13% p99 relative
-// error on product text, 8% mean and 33% p99 on prose and code). It runs at several hundred MB/s and allocates nothing, so
-// the proxy can cost items before any node sees them. Safe for concurrent use.
+// error on product text, 8% mean and 33% p99 on prose and code). One pass, no allocation, a
+// few times faster than Encode, so the proxy can cost items before any node sees them. Safe
+// for concurrent use.
 func EstimateTokens(text string) int {
 	if text == "" {
 		return 0

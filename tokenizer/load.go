@@ -76,10 +76,11 @@ func LoadFile(path string) (*Tokenizer, error) {
 	return t, nil
 }
 
-// Load parses the bytes of a Hugging Face tokenizer.json. It accepts the byte-level BPE family of
-// Qwen2/Qwen3: model type BPE (merges as "a b" strings or ["a","b"] pairs), an NFC or absent
-// normalizer, the Qwen split pattern followed by ByteLevel (or ByteLevel alone with its regex),
-// and added tokens. Anything else is reported as unsupported rather than tokenized wrongly.
+// Load parses the bytes of a Hugging Face tokenizer.json. It accepts the byte-level BPE family:
+// model type BPE (merges as "a b" strings or ["a","b"] pairs), an NFC or absent normalizer, the
+// Qwen2/Qwen3 split pattern followed by ByteLevel, or GPT-2's ByteLevel with its own regex, and
+// added tokens (without lstrip/rstrip/single_word). Anything else is reported as unsupported
+// rather than tokenized wrongly.
 func Load(data []byte) (*Tokenizer, error) {
 	t := &Tokenizer{addedByText: map[string]int32{}, cache: newWordCache()}
 	s := &jsonScanner{data: data}

@@ -54,7 +54,13 @@ func runServe(args []string) error {
 // coreAdapter serves *proxy.Proxy's node table on GET /v1/nodes.
 type coreAdapter struct{ *proxy.Proxy }
 
-func (c coreAdapter) NodesJSON() any { return c.Nodes() }
+// NodesJSON is the node table; [] rather than null when there are none.
+func (c coreAdapter) NodesJSON() any {
+	if n := c.Nodes(); n != nil {
+		return n
+	}
+	return []proxy.NodeStatus{}
+}
 
 func newCore(cfg proxy.Config, reg prometheus.Registerer, log *slog.Logger) (serve.Core, error) {
 	p, err := proxy.New(cfg, reg, log)

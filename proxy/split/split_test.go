@@ -1,6 +1,7 @@
 package split_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -55,7 +56,7 @@ func checkCover(t *testing.T, name string, n, maxItems int, bs []split.Batch) {
 func TestProperties(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	splitters := map[string]split.Splitter{fixed.Type: fixed.New(), cost.Type: cost.New()}
-	for trial := range 300 {
+	for trial := range 150 {
 		n := 1 + r.IntN(1200)
 		nodes := make([]split.Node, 1+r.IntN(20))
 		for j := range nodes {
@@ -198,9 +199,14 @@ func TestImbalance(t *testing.T) {
 
 func BenchmarkCostSplit1000(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
-	in := split.Input{PrefixTokens: 40, ItemTokens: heavyTailed(r, 1000), Coeffs: coeffs, Nodes: make([]split.Node, 16), MaxBatchItems: 64}
-	b.ReportAllocs()
-	for b.Loop() {
-		cost.New().Split(in)
+	items := heavyTailed(r, 1000)
+	for _, nodes := range []int{8, 64} {
+		in := split.Input{PrefixTokens: 40, ItemTokens: items, Coeffs: coeffs, Nodes: make([]split.Node, nodes), MaxBatchItems: 64}
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				cost.New().Split(in)
+			}
+		})
 	}
 }

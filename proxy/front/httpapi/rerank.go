@@ -27,8 +27,9 @@ type rerankRequest struct {
 // maxDocTokens caps max_tokens_per_doc to what ScoreOptions.max_tokens_per_item can carry.
 const maxDocTokens = 1<<32 - 1
 
-// parseRerank decodes body into a ScoreRequest. A *badRequest error means the JSON itself is
-// malformed (400); an *invalidField error means it parsed but a field is wrong (422).
+// parseRerank decodes body into a ScoreRequest and the document texts (kept for
+// return_documents). A *syntaxError means the body is not the JSON expected (400); a *fieldError
+// means it parsed but a field's value is wrong (422).
 func parseRerank(body []byte) (*relevancev1.ScoreRequest, []string, rerankRequest, error) {
 	var rr rerankRequest
 	if err := json.Unmarshal(body, &rr); err != nil {

@@ -21,7 +21,7 @@ func TestExampleConfigIsTheDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := DefaultConfig()
-	want.Proxy.Nodes.Static = []string{"127.0.0.1:9191", "127.0.0.1:9192"}
+	want.Proxy.Nodes.Static = []string{"127.0.0.1:7101", "127.0.0.1:7102"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("configs/proxy.yaml differs from the defaults (-want +got):\n%s", d)
 	}
