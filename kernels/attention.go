@@ -59,6 +59,10 @@ func Attention(out []float32, a *PrefixAttention) {
 
 	// Phase 0: the keys and values as GEMM weights: per KV head, the prefix K [P×hd] and Vᵀ
 	// [hd×P]; per (sequence, KV head), the sequence's K and Vᵀ.
+	// The row-major copies come from one pooled arena (the weights are dropped on return):
+	// sequence s, KV head g at 2·hd·(T·g + KVH·t0), the prefix's after all of them.
+	arena := getAttnScratch(2 * hd * KVH * (T + P))
+	defer putAttnScratch(arena)
 	prefK := make([]*Weight, KVH)
 	prefV := make([]*Weight, KVH)
 	seqK := make([]*Weight, nSeq*KVH)
@@ -72,12 +76,15 @@ func Attention(out []float32, a *PrefixAttention) {
 			s, g := i/KVH, i%KVH
 			t0, t1 := a.SeqStarts[s], a.SeqStarts[s+1]
 			if t1 > t0 {
-				seqK[i], seqV[i] = kvWeights(a.K, a.V, t0, t1, kvs, g*hd, hd)
+				buf := arena.s[2*hd*(T*g+t0) : 2*hd*(T*g+t1)]
+				seqK[i], seqV[i] = kvWeights(buf, a.K, a.V, t0, t1, kvs, g*hd, hd)
 			}
 			return
 		}
 		g := i - nSeq*KVH
-		prefK[g], prefV[g] = kvWeights(a.PrefixK, a.PrefixV, 0, P, kvs, g*hd, hd)
+		base := 2 * hd * KVH * T
+		buf := arena.s[base+2*hd*P*g : base+2*hd*P*(g+1)]
+		prefK[g], prefV[g] = kvWeights(buf, a.PrefixK, a.PrefixV, 0, P, kvs, g*hd, hd)
 	})
 
 	// Phase 1: the prefix part over all queries, (head, row block) items. out receives the
@@ -177,11 +184,11 @@ func softmaxStats(row []float32, scale float32) (m, l float32) {
 
 // kvWeights builds the GEMM weights of one KV head over rows [t0, t1) of k and v (row stride
 // kvs, head columns [off, off+hd)): K as [n×hd] (scores = q·Kᵀ) and V transposed as [hd×n]
-// (output = p·V).
-func kvWeights(k, v []float32, t0, t1, kvs, off, hd int) (*Weight, *Weight) {
+// (output = p·V). Their row-major copies are written to buf (2·n·hd values).
+func kvWeights(buf, k, v []float32, t0, t1, kvs, off, hd int) (*Weight, *Weight) {
 	n := t1 - t0
-	kc := make([]float32, n*hd)
-	vt := make([]float32, hd*n)
+	kc := buf[:n*hd]
+	vt := buf[n*hd : 2*n*hd]
 	for i := range n {
 		copy(kc[i*hd:(i+1)*hd], k[(t0+i)*kvs+off:(t0+i)*kvs+off+hd])
 		vr := v[(t0+i)*kvs+off : (t0+i)*kvs+off+hd]
