@@ -116,10 +116,14 @@ func BenchmarkAttention(b *testing.B) {
 	}{{"prefix-gemm", Attention}, {"reference", attentionReference}} {
 		b.Run(impl.name, func(b *testing.B) {
 			b.ReportAllocs()
+			c0 := ProcessCPUTime()
 			for b.Loop() {
 				impl.f(out, a)
 			}
 			b.ReportMetric(float64(T)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+			// CPU time per call (all threads): on a shared machine wall time mostly measures
+			// the other tenants.
+			b.ReportMetric((ProcessCPUTime()-c0).Seconds()*1e3/float64(b.N), "cpu-ms/op")
 		})
 	}
 }

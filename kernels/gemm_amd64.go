@@ -13,11 +13,14 @@ const packWeights = true
 
 // Tuning knobs (variables so the tuning test can sweep them).
 var (
-	// kcF32 is the k extent of a cache block for f32 weights: a 12×256 f32 A micro-panel is 12 KB
-	// (L1), one panel's block 32 KB, a block of ≤512 columns 512 KB (half of L2).
-	kcF32 = 256
-	// kcBF16 is the same for bf16 weights, whose blocks take half the bytes per k.
-	kcBF16 = 512
+	// kcF32 is the k extent of a cache block for f32 weights. One micro-kernel call then reads a
+	// 12×128 f32 A micro-panel (6 KB, reused across the panels of the block) and one panel's
+	// 128×32 block of B (16 KB): both stay in a 32 KB L1 (Zen 4; 48 KB on Golden Cove), while the
+	// block of B (≤512 columns, 256 KB) stays in L2. kc 256 would make that 12 + 32 KB, over
+	// Zen 4's L1.
+	kcF32 = 128
+	// kcBF16 is the same for bf16 weights (k, not pairs): B takes half the bytes per k.
+	kcBF16 = 256
 	// ncMax is the widest column block (16 panels).
 	ncMax = 512
 	// mcMax bounds the rows of one Linear task so big-m products still give many tasks.
@@ -52,10 +55,13 @@ type gemmOp struct {
 	ldc        uintptr // bytes between rows of dst
 	k512       *[13]kern512
 	k256       *[7]kern256
-	abuf       *[]uint32 // pooled bf16 copy of A (modeDot)
+	abuf       *[]uint32 // pooled copy of A: bf16 pairs (modeDot) or a padded f32 copy (unalias)
 }
 
 var abufPool = sync.Pool{New: func() any { return new([]uint32) }}
+
+// scratchPool holds the 6×16 tiles the AVX2 path computes ragged column edges into.
+var scratchPool = sync.Pool{New: func() any { return new([6 * 16]float32) }}
 
 // prepare sets up op for m rows of x; for the VDPBF16PS path it rounds those rows to bf16 pairs
 // (done once per call: it is O(m·K) against the product's O(m·N·K)). release returns the buffer.
@@ -157,7 +163,6 @@ func microTile(isa isaLevel, tileM int) int {
 // micro-tile of mt rows runs against every panel of the column range (the A micro-panel stays
 // in L1, the block of B in L2).
 func (op *gemmOp) block(r0, r1, c0, c1, mt int) {
-	var scratch [6 * 16]float32
 	for k0 := 0; k0 < op.k; k0 += op.kcBlock {
 		kc := min(op.kcBlock, op.k-k0)
 		acc := 0
@@ -178,21 +183,21 @@ func (op *gemmOp) block(r0, r1, c0, c1, mt int) {
 		if panelOuter {
 			for p := c0 / panelWidth; p*panelWidth < c1; p++ {
 				for i := r0; i < r1; i += mt {
-					op.tile(i, min(mt, r1-i), p, c0, c1, aOff, bOff, kArg, acc, &scratch)
+					op.tile(i, min(mt, r1-i), p, c0, c1, aOff, bOff, kArg, acc)
 				}
 			}
 			continue
 		}
 		for i := r0; i < r1; i += mt {
 			for p := c0 / panelWidth; p*panelWidth < c1; p++ {
-				op.tile(i, min(mt, r1-i), p, c0, c1, aOff, bOff, kArg, acc, &scratch)
+				op.tile(i, min(mt, r1-i), p, c0, c1, aOff, bOff, kArg, acc)
 			}
 		}
 	}
 }
 
 // tile runs one micro-kernel call: rows [i, i+rows) against panel p, columns clipped to [c0, c1).
-func (op *gemmOp) tile(i, rows, p, c0, c1 int, aOff, bOff uintptr, kArg, acc int, scratch *[96]float32) {
+func (op *gemmOp) tile(i, rows, p, c0, c1 int, aOff, bOff uintptr, kArg, acc int) {
 	a := unsafe.Add(op.a, uintptr(i)*op.lda+aOff)
 	crow := unsafe.Add(op.dst, uintptr(i)*op.ldc)
 	b := unsafe.Add(op.b, uintptr(p)*op.panelBytes+bOff)
@@ -214,6 +219,8 @@ func (op *gemmOp) tile(i, rows, p, c0, c1 int, aOff, bOff uintptr, kArg, acc int
 			continue
 		}
 		// A ragged column edge: compute the whole half panel aside, keep its valid part.
+		scratch := scratchPool.Get().(*[6 * 16]float32)
+		defer scratchPool.Put(scratch)
 		op.k256[rows](a, op.lda, bh, kArg, unsafe.Pointer(&scratch[0]), 64, 0)
 		for r := 0; r < rows; r++ {
 			for j := hlo; j < hhi; j++ {

@@ -9,7 +9,8 @@ import (
 
 // PeakF32GFLOPS measures the one-core FP32 peak: 12 independent register-resident FMA chains
 // in assembly (AVX-512, else AVX2) on a goroutine locked to its thread, for about d; the median
-// of several runs. It reports 0 for the generic build.
+// of several runs, each timed on the thread's CPU time (Linux) so that other load on a shared
+// machine does not count against it. It reports 0 for the generic build.
 func PeakF32GFLOPS(d time.Duration) float64 { return peakGFLOPS(false, d) }
 
 // PeakBF16GFLOPS is PeakF32GFLOPS for VDPBF16PS chains (0 without AVX512_BF16).
@@ -25,11 +26,11 @@ func peakGFLOPS(dot bool, d time.Duration) float64 {
 	}
 	var rates []float64
 	deadline := time.Now().Add(d)
+	clk := newStopwatch(true)
 	for len(rates) < 5 || time.Now().Before(deadline) {
-		t0 := time.Now()
+		clk.start()
 		f := peakRun(isa, dot, iters)
-		el := time.Since(t0).Seconds()
-		rates = append(rates, f*iters/el/1e9)
+		rates = append(rates, f*iters/clk.seconds()/1e9)
 		if len(rates) >= 1000 {
 			break
 		}
@@ -39,8 +40,12 @@ func peakGFLOPS(dot bool, d time.Duration) float64 {
 
 // GemmGFLOPS measures Linear on an m×k activation and an n×k weight of type dt (random data,
 // fixed seed) with the given thread count, for about d: 2·m·n·k / median call time, in GFLOP/s.
-// It sets the package thread count for the duration of the measurement and restores it, so it
-// must not run beside other kernel calls. bf16 weights use the mode SetBF16DotProducts chose.
+// With one thread a call is timed on the thread's CPU time (Linux), as PeakF32GFLOPS is, so the
+// ratio of the two is the kernel's efficiency even on a shared machine; with more threads it
+// is wall time, which is what a parallel speed-up means (and what other load on the machine
+// eats into). It sets the package thread count for the duration of the measurement and
+// restores it, so it must not run beside other kernel calls. bf16 weights use the mode
+// SetBF16DotProducts chose.
 func GemmGFLOPS(m, n, k int, dt DType, threads int, d time.Duration) float64 {
 	rng := rand.New(rand.NewPCG(uint64(m*n), uint64(k)))
 	x := make([]float32, m*k)
@@ -63,13 +68,18 @@ func GemmGFLOPS(m, n, k int, dt DType, threads int, d time.Duration) float64 {
 	prev := Threads()
 	SetThreads(threads)
 	defer SetThreads(prev)
+	if threads == 1 {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
+	clk := newStopwatch(threads == 1)
 	linear(dst, x, m, w) // warm caches and pools
 	var times []float64
 	deadline := time.Now().Add(d)
 	for len(times) < 3 || time.Now().Before(deadline) {
-		t0 := time.Now()
+		clk.start()
 		linear(dst, x, m, w)
-		times = append(times, time.Since(t0).Seconds())
+		times = append(times, clk.seconds())
 	}
 	return 2 * float64(m) * float64(n) * float64(k) / gemmMedian(times) / 1e9
 }
@@ -78,4 +88,33 @@ func gemmMedian(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// stopwatch times on the calling thread's CPU time when asked and available (the goroutine
+// must then be locked to its thread), else on the wall clock.
+type stopwatch struct {
+	cpu  bool
+	wall time.Time
+	t0   time.Duration
+}
+
+func newStopwatch(threadCPU bool) *stopwatch {
+	_, ok := gemmThreadCPU()
+	return &stopwatch{cpu: threadCPU && ok}
+}
+
+func (s *stopwatch) start() {
+	if s.cpu {
+		s.t0, _ = gemmThreadCPU()
+		return
+	}
+	s.wall = time.Now()
+}
+
+func (s *stopwatch) seconds() float64 {
+	if s.cpu {
+		t, _ := gemmThreadCPU()
+		return (t - s.t0).Seconds()
+	}
+	return time.Since(s.wall).Seconds()
 }

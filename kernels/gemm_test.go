@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -123,10 +124,10 @@ func tolerance(c implCase, dt DType) (tol float64, bf16Act bool) {
 
 var (
 	// Sizes around the micro-tile heights (6, 12), the panel and half-panel widths (16, 32), the
-	// kernels' k unrolling and the cache blocks (256 f32, 512 bf16 per k block).
+	// kernels' k unrolling and the cache blocks (128 f32, 256 bf16 per k block).
 	edgeM = []int{1, 2, 5, 6, 7, 11, 12, 13, 24, 25, 37}
 	edgeN = []int{1, 15, 16, 17, 31, 32, 33, 65, 97}
-	edgeK = []int{1, 2, 3, 4, 5, 15, 16, 17, 33, 255, 256, 257, 512, 513, 1025}
+	edgeK = []int{1, 2, 3, 5, 15, 16, 17, 33, 127, 128, 129, 255, 256, 257, 513, 1025}
 )
 
 func TestGemmRowsAllImplementations(t *testing.T) {
@@ -144,6 +145,9 @@ func TestGemmRowsAllImplementations(t *testing.T) {
 						for _, n := range edgeN {
 							if k > 64 && (m%6 != 1 || n%16 != 1) && !(m == 12 && n == 32) {
 								continue // big K on the ragged shapes and one whole tile only
+							}
+							if testing.Short() && k > 64 && m*n > 64 {
+								continue
 							}
 							p := newProblem(t, rng, m, n, k, k, dt)
 							dst := make([]float32, m*n)
@@ -393,10 +397,20 @@ func BenchmarkGemm(b *testing.B) {
 					p := newProblem(b, rng, s.m, s.n, s.k, s.k, md.dt)
 					dst := make([]float32, s.m*s.n)
 					Linear(dst, p.x, s.m, p.w)
+					// One thread: also report the rate on the thread's CPU time, comparable with
+					// BenchmarkPeak on a machine shared with other work.
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					clk := newStopwatch(true)
+					clk.start()
 					for b.Loop() {
 						Linear(dst, p.x, s.m, p.w)
 					}
-					b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+					flop := 2 * float64(s.m*s.n*s.k) * float64(b.N)
+					if threads == 1 && clk.cpu {
+						b.ReportMetric(flop/clk.seconds()/1e9, "cpu-GFLOP/s")
+					}
+					b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 				})
 			}
 		}
@@ -415,5 +429,28 @@ func TestLinearLeavesNoGoroutines(t *testing.T) {
 	dst := make([]float32, 64*256)
 	for range 3 {
 		Linear(dst, p.x, 64, p.w)
+	}
+}
+
+// BenchmarkLinearSmall shows the fixed cost of a call (dispatch, task grid, helper goroutines)
+// on shapes where the arithmetic is tiny.
+func BenchmarkLinearSmall(b *testing.B) {
+	requireAsm(b)
+	for _, s := range []struct{ m, n, k int }{{1, 2, 512}, {1, 64, 64}, {16, 512, 512}, {64, 1536, 512}} {
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%dx%dx%d/t%d", s.m, s.n, s.k, threads), func(b *testing.B) {
+				prev := Threads()
+				SetThreads(threads)
+				defer SetThreads(prev)
+				rng := rand.New(rand.NewPCG(1, 2))
+				p := newProblem(b, rng, s.m, s.n, s.k, s.k, F32)
+				dst := make([]float32, s.m*s.n)
+				b.ReportAllocs()
+				for b.Loop() {
+					Linear(dst, p.x, s.m, p.w)
+				}
+				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
 	}
 }

@@ -57,12 +57,14 @@ func BenchmarkMoE(b *testing.B) {
 			for _, v := range MoEVariants() {
 				b.Run(fmt.Sprintf("%s/%s/%s", l.name, d.name, v), func(b *testing.B) {
 					b.ReportAllocs()
+					c0 := ProcessCPUTime()
 					for b.Loop() {
 						if _, err := r.RunVariant(v, out, x, h, experts, rt); err != nil {
 							b.Fatal(err)
 						}
 					}
 					b.ReportMetric(6*float64(rows)*float64(h)*float64(in)*float64(b.N)/b.Elapsed().Seconds()/1e9, "useful-GFLOP/s")
+					b.ReportMetric((ProcessCPUTime()-c0).Seconds()*1e3/float64(b.N), "cpu-ms/op")
 				})
 			}
 		}

@@ -148,6 +148,14 @@ func (r *MoERunner) run(st MoEStats, v MoEVariant, counts []int, rows int, out, 
 	return st
 }
 
+// ReleaseScratch drops the buffers kept from earlier calls (they grow to the largest call seen,
+// e.g. after an unusually big batch); calls in flight keep theirs until they return.
+func (r *MoERunner) ReleaseScratch() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.scratch = nil
+}
+
 func (r *MoERunner) getScratch() *moeScratch {
 	r.mu.Lock()
 	defer r.mu.Unlock()

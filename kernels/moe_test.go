@@ -149,6 +149,20 @@ func TestMoEPackageDefault(t *testing.T) {
 	if st.Policy != "threshold" || st.Variant != "block64" { // ratio at 128: 384/30 > 1.5
 		t.Errorf("stats %+v, want threshold choosing block64", st)
 	}
+
+	// A new package policy applies to later calls; dropped scratch is rebuilt.
+	prev := DefaultMoERunner()
+	defer defaultRunner.Store(prev)
+	SetMoEPolicy(MoEPolicy{Kind: PolicyFixed, Variant: VariantExact})
+	DefaultMoERunner().ReleaseScratch()
+	clear(got)
+	st = MoE(got, x, 16, experts, rt)
+	if i := closeTo(got, want, 1e-5); i >= 0 {
+		t.Fatalf("exact: out[%d] = %v, want %v", i, got[i], want[i])
+	}
+	if st.Policy != "fixed:exact" || st.Variant != "exact" || st.BlockM != 0 || st.Rows != 30 {
+		t.Errorf("stats %+v, want fixed:exact over 30 rows", st)
+	}
 }
 
 func TestMoEBadInput(t *testing.T) {
@@ -435,4 +449,40 @@ func TestSyntheticRouting(t *testing.T) {
 	if _, err := SyntheticRouting(10, 4, 5, 0, 1); err == nil {
 		t.Error("topK > experts: no error")
 	}
+}
+
+// FuzzMoE runs a variant on routings built from the fuzz bytes (one byte per expert: its token
+// count) against the reference.
+func FuzzMoE(f *testing.F) {
+	f.Add([]byte{0, 1, 2}, uint8(0), uint8(1))
+	f.Add([]byte{200, 0, 17, 129}, uint8(4), uint8(2))
+	f.Add([]byte{16, 16, 16, 16, 16}, uint8(3), uint8(3))
+	f.Fuzz(func(t *testing.T, counts []byte, variant, thr uint8) {
+		if len(counts) == 0 || len(counts) > 12 {
+			return
+		}
+		v := MoEVariant(variant % uint8(numMoEVariants))
+		nTok := 1
+		c := make([]int, len(counts))
+		for e, b := range counts {
+			c[e] = int(b)
+			nTok = max(nTok, int(b))
+		}
+		rng := rand.New(rand.NewPCG(uint64(len(counts)), uint64(counts[0])))
+		const hidden, inter = 24, 20
+		experts := randExperts(t, rng, len(c), hidden, inter, F32)
+		rt := routingFromCounts(rng, nTok, c)
+		x := randVec(rng, nTok*hidden)
+		want := make([]float32, len(x))
+		moeReference(want, x, hidden, experts, rt)
+		defer SetThreads(Threads())
+		SetThreads(int(thr%3) + 1)
+		got := make([]float32, len(x))
+		if _, err := NewMoERunner(MoEPolicy{}).RunVariant(v, got, x, hidden, experts, rt); err != nil {
+			t.Fatal(err)
+		}
+		if i := closeTo(got, want, 1e-5); i >= 0 {
+			t.Fatalf("%v counts %v: out[%d] = %v, want %v", v, c, i, got[i], want[i])
+		}
+	})
 }

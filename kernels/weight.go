@@ -29,7 +29,9 @@ func (d DType) String() string {
 //
 // With the assembly kernels (amd64, not purego) the constructors also pack the matrix once into
 // panels of 32 output features (see packF32 and packBF16): f32 stays f32, bf16 stays bf16, so a
-// bf16 checkpoint is never widened in memory.
+// bf16 checkpoint is never widened in memory. The packed copy is held beside the retained
+// source (PackedBytes reports it): a bf16 source that points into a memory-mapped file costs
+// only page cache, an f32 source doubles the weight's memory.
 type Weight struct {
 	N, K  int
 	DType DType

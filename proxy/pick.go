@@ -160,7 +160,7 @@ func (b *retryBudget) deposit() {
 func (b *retryBudget) take() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.tokens < 1 {
+	if b.tokens < 1-1e-9 { // ten deposits of 0.1 make one token despite rounding
 		return false
 	}
 	b.tokens--
@@ -196,7 +196,7 @@ func (t *latencyTracker) add(ratio float64) {
 	k := min(t.count, len(t.ring))
 	s := slices.Clone(t.ring[:k])
 	slices.Sort(s)
-	t.cur.Store(math.Float64bits(s[min(k-1, int(t.q*float64(k)))]))
+	t.cur.Store(math.Float64bits(s[max(0, int(math.Ceil(t.q*float64(k)))-1)])) // nearest rank
 	t.n.Store(int64(t.count))
 }
 

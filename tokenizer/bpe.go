@@ -41,7 +41,8 @@ func (t *Tokenizer) bpeSmall(dst []int32, word string) []int32 {
 	// ranks[i], merged[i] describe the pair (syms[i], syms[i+1]).
 	ranks, merged := rankBuf[:n-1], idBuf[:n-1]
 	for i := range n - 1 {
-		ranks[i], merged[i] = t.merges.get(syms[i], syms[i+1])
+		v := t.bytePairs[uint16(word[i])<<8|uint16(word[i+1])]
+		ranks[i], merged[i] = uint32(v>>32), int32(uint32(v))
 	}
 	for len(syms) > 1 {
 		best, bestRank := -1, noRank
@@ -144,7 +145,8 @@ func (t *Tokenizer) bpeHeap(dst []int32, word string) []int32 {
 	syms[n-1].next = -1
 	h := make(candHeap, 0, n)
 	for i := range n - 1 {
-		if r, m := t.merges.get(syms[i].id, syms[i+1].id); r != noRank {
+		v := t.bytePairs[uint16(word[i])<<8|uint16(word[i+1])]
+		if r, m := uint32(v>>32), int32(uint32(v)); r != noRank {
 			h = append(h, mergeCand{rank: r, pos: int32(i), merged: m})
 		}
 	}

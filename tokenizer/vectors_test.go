@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // vectorCase is one reference case: text and the ids Hugging Face gives it (special-token text
@@ -68,11 +69,11 @@ func TestReferenceVectors(t *testing.T) {
 	}
 	for i, c := range cases {
 		got := tok.EncodePlain(c.text)
-		if diff := cmp.Diff(c.want, got, cmpEmptyIDs); diff != "" {
+		if diff := cmp.Diff(c.want, got, cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("case %d %q: EncodePlain mismatch (-want +got):\n%s", i, c.text, diff)
 		}
 		// No case holds added-token text, so Encode must agree.
-		if diff := cmp.Diff(c.want, tok.Encode(c.text), cmpEmptyIDs); diff != "" {
+		if diff := cmp.Diff(c.want, tok.Encode(c.text), cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("case %d %q: Encode mismatch (-want +got):\n%s", i, c.text, diff)
 		}
 		if got := tok.Decode(got); got != c.text {
@@ -80,16 +81,3 @@ func TestReferenceVectors(t *testing.T) {
 		}
 	}
 }
-
-// cmpEmptyIDs treats nil and empty id slices as equal.
-var cmpEmptyIDs = cmp.Comparer(func(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-})

@@ -43,7 +43,7 @@ func (b *vocabBuilder) add(text []byte, id int32) error {
 func (b *vocabBuilder) build() (*vocabTable, error) {
 	n := len(b.ids)
 	size := 16
-	for size < 2*n {
+	for size*2 < 3*n { // load factor up to 2/3, as in pairTable
 		size <<= 1
 	}
 	v := &vocabTable{

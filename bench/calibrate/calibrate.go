@@ -65,6 +65,11 @@ type Options struct {
 	Seed    uint64
 	// Log receives one line per batch when set.
 	Log io.Writer
+	// CPUTime, when set, reads the node process's CPU time; each batch is then timed by the
+	// CPU time the node spent on it instead of the wall time it reports. On a machine shared
+	// with other work (CPU contention), that is what the node would take on a core of its own,
+	// which is what an emulated node should reproduce. Only meaningful for a one-thread node.
+	CPUTime func() (time.Duration, error)
 }
 
 // Sample is one measured batch.
@@ -73,8 +78,9 @@ type Sample struct {
 	PrefixTokens int
 	ItemTokens   []int
 	PrefixCached bool
-	Seconds      float64 // node compute time (or wall time)
+	Seconds      float64 // what is fitted: node CPU time, else node compute time, else wall time
 	WallSeconds  float64
+	CPUSeconds   float64 // node process CPU time during the batch (with Options.CPUTime)
 }
 
 // Features is the sample's design vector.
@@ -116,6 +122,7 @@ func Measure(ctx context.Context, c relevancev1.ScorerClient, o Options) ([]Samp
 	var out []Sample
 	model, emulated := "", false
 	failed := 0
+	var err error
 	for k, sh := range plan {
 		if time.Now().After(deadline) {
 			if o.Log != nil {
@@ -125,8 +132,16 @@ func Measure(ctx context.Context, c relevancev1.ScorerClient, o Options) ([]Samp
 		}
 		req := buildBatch(rng, sh, k)
 		bctx, cancel := context.WithTimeout(ctx, timeout)
+		var cpu0 time.Duration
+		if o.CPUTime != nil {
+			if cpu0, err = o.CPUTime(); err != nil {
+				cancel()
+				return out, model, emulated, fmt.Errorf("read node CPU time: %w", err)
+			}
+		}
 		start := time.Now()
-		resp, err := c.ScoreBatch(bctx, req)
+		var resp *relevancev1.ScoreBatchResponse
+		resp, err = c.ScoreBatch(bctx, req)
 		wall := time.Since(start).Seconds()
 		cancel()
 		if err != nil {
@@ -144,6 +159,14 @@ func Measure(ctx context.Context, c relevancev1.ScorerClient, o Options) ([]Samp
 		model, emulated = resp.GetModel(), resp.GetEmulated()
 		s := Sample{Shape: sh, WallSeconds: wall, Seconds: resp.GetStats().GetComputeSeconds(),
 			PrefixTokens: int(resp.GetStats().GetPrefixTokens()), PrefixCached: resp.GetStats().GetPrefixCached()}
+		if o.CPUTime != nil {
+			cpu1, err := o.CPUTime()
+			if err != nil {
+				return out, model, emulated, fmt.Errorf("read node CPU time: %w", err)
+			}
+			s.CPUSeconds = (cpu1 - cpu0).Seconds()
+			s.Seconds = s.CPUSeconds
+		}
 		if s.PrefixTokens == 0 {
 			s.PrefixTokens = int(resp.GetUsage().GetPrefixTokens())
 		}
@@ -163,8 +186,8 @@ func Measure(ctx context.Context, c relevancev1.ScorerClient, o Options) ([]Samp
 			}
 		}
 		if o.Log != nil {
-			fmt.Fprintf(o.Log, "batch %3d/%d  prefix %4d  items %2d × ~%4d tok  compute %8.2f ms  wall %8.2f ms%s\n",
-				k+1, len(plan), s.PrefixTokens, sh.Items, sum(s.ItemTokens)/max(1, len(s.ItemTokens)), 1000*s.Seconds, 1000*wall,
+			fmt.Fprintf(o.Log, "batch %3d/%d  prefix %4d  items %2d × ~%4d tok  compute %8.2f ms  cpu %8.2f ms  wall %8.2f ms%s\n",
+				k+1, len(plan), s.PrefixTokens, sh.Items, sum(s.ItemTokens)/max(1, len(s.ItemTokens)), 1000*resp.GetStats().GetComputeSeconds(), 1000*s.CPUSeconds, 1000*wall,
 				map[bool]string{true: "  (warm-up)", false: ""}[k < warm])
 		}
 		if k >= warm {

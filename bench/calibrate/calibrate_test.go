@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -127,5 +128,27 @@ func TestCalibrateFakeNode(t *testing.T) {
 	within(t, "c", res.Profile.C, truth.C, 0.01)
 	if err := res.Profile.Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestProcessCPUTime(t *testing.T) {
+	read := ProcessCPUTime(os.Getpid())
+	a, err := read()
+	if err != nil {
+		t.Skip(err) // not Linux
+	}
+	x := 0.0
+	for i := range 20_000_000 {
+		x += math.Sqrt(float64(i))
+	}
+	b, err := read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b <= a || x == 0 {
+		t.Errorf("CPU time did not advance over a busy loop: %v → %v", a, b)
+	}
+	if _, err := ProcessCPUTime(1 << 30)(); err == nil {
+		t.Error("no error for a missing process")
 	}
 }

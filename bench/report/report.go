@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -91,6 +92,31 @@ func (ninesTicks) Ticks(min, max float64) []plot.Tick {
 	return ts
 }
 
+// ticks125 labels a log axis at 1, 2 and 5 × 10^k (plot.LogTicks labels only powers of ten,
+// which leaves a 100–1000 ms axis with no numbers).
+type ticks125 struct{}
+
+func (ticks125) Ticks(min, max float64) []plot.Tick {
+	if min <= 0 {
+		min = 1e-3
+	}
+	var ts []plot.Tick
+	for e := math.Floor(math.Log10(min)); e <= math.Ceil(math.Log10(max)); e++ {
+		for m := 1; m < 10; m++ {
+			v := float64(m) * math.Pow(10, e)
+			if v < min*0.999 || v > max*1.001 {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if m == 1 || m == 2 || m == 5 {
+				t.Label = strconv.FormatFloat(v, 'g', -1, 64)
+			}
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
 // PercentilePlot draws latency (ms, log scale) against percentile for each series.
 func PercentilePlot(path, title string, series []Series) error {
 	p := plot.New()
@@ -99,7 +125,7 @@ func PercentilePlot(path, title string, series []Series) error {
 	p.Y.Label.Text = "latency (ms)"
 	p.X.Tick.Marker = ninesTicks{}
 	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Tick.Marker = ticks125{}
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.Add(plotter.NewGrid())
@@ -211,7 +237,7 @@ func LinePlot(path, title, xLabel, yLabel string, logY bool, names []string, xs 
 	p.Y.Label.Text = yLabel
 	if logY {
 		p.Y.Scale = plot.LogScale{}
-		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Y.Tick.Marker = ticks125{}
 	}
 	p.Add(plotter.NewGrid())
 	for i, n := range names {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,6 +27,7 @@ func runCalibrate(args []string) error {
 	samplesOut := fs.String("samples", "", "also write the raw samples as JSON to this file")
 	seed := fs.Uint64("seed", 1, "seed of the batch texts and order")
 	verbose := fs.Bool("v", true, "print one line per batch")
+	nodePID := fs.Int("node-pid", 0, "time batches by this local node process's CPU time (Linux) instead of its wall time: for a one-thread node on a machine shared with other work")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -45,6 +47,9 @@ func runCalibrate(args []string) error {
 			}
 		}
 	}
+	if *nodePID > 0 {
+		o.CPUTime = calibrate.ProcessCPUTime(*nodePID)
+	}
 	if *verbose {
 		o.Log = os.Stderr
 	} else {
@@ -55,6 +60,10 @@ func runCalibrate(args []string) error {
 	res, err := calibrate.Run(ctx, *node, *threads, o)
 	if err != nil {
 		return err
+	}
+	if *nodePID > 0 {
+		p := &res.Profile
+		p.Machine += fmt.Sprintf("; timed by node CPU time (pid %d), load average at the end %s", *nodePID, loadAverage())
 	}
 	label := ""
 	if res.Emulated {
@@ -83,4 +92,17 @@ func runCalibrate(args []string) error {
 func exampleCost(a, b, c float64) float64 {
 	const p, l, n = 60.0, 250.0, 20.0
 	return a*(p+n*l) + b*(p*p/2+n*l*(p+l/2)) + c
+}
+
+// loadAverage is /proc/loadavg's first three fields ("" elsewhere).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,6 +36,8 @@ func runCompare(args []string) error {
 	slo := fs.Duration("slo", 500*time.Millisecond, "goodput SLO (also the proxy's default deadline)")
 	timeout := fs.Duration("timeout", 10*time.Second, "per-request client timeout")
 	useGRPC := fs.Bool("grpc", false, "drive the proxy's gRPC Ranker.Score instead of HTTP /v1/rerank")
+	maxBatchItems := fs.Int("max-batch-items", 4, "proxy split.max_batch_items: the chunk size of fixed splitting and the cap of cost splitting")
+	proxyCfg := fs.String("proxy-config", "", "proxy YAML for every configuration (default: written to OUT/proxy.yaml with the cost profile as the proxy's prior and --max-batch-items)")
 	out := fs.String("out", "", "folder for results.json, results.md and plots (default bench/results/compare-<time>)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -99,6 +102,23 @@ func runCompare(args []string) error {
 		*out = "bench/results/compare-" + time.Now().UTC().Format("20060102-150405")
 	}
 	o.Out = *out
+	if *proxyCfg == "" {
+		// A deployment tells the proxy what its nodes cost; without it the proxy starts from its
+		// generic prior and sizes batches for a far faster node until it has learned.
+		*proxyCfg = filepath.Join(*out, "proxy.yaml")
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			return err
+		}
+		y := fmt.Sprintf("# Written by bench compare: shared by every proxy configuration of the run.\nproxy:\n  split:\n    max_batch_items: %d\n", *maxBatchItems)
+		if prof != nil {
+			// The proxy wants every prior coefficient > 0; a fit may put one at exactly 0.
+			y += fmt.Sprintf("  cost:\n    prior: {a: %g, b: %g, c: %g}\n", max(prof.A, 1e-12), max(prof.B, 1e-15), max(prof.C, 1e-9))
+		}
+		if err := os.WriteFile(*proxyCfg, []byte(y), 0o644); err != nil {
+			return err
+		}
+	}
+	o.Cluster.Proxy.Config = *proxyCfg
 	if *real {
 		c, err := cluster.New(ccfg, os.Stderr)
 		if err != nil {

@@ -51,6 +51,7 @@ func TestKernelsBadFlags(t *testing.T) {
 		{"--dtype", "f16"},
 		{"--threads", "0"},
 		{"--dists", "nope"},
+		{"--clock", "sundial"},
 	} {
 		if err := kernelsMain(args, io.Discard, io.Discard); err == nil {
 			t.Errorf("%v: no error", args)

@@ -23,7 +23,6 @@ func tokenizeCmd(args []string, stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		fs.Usage()
 		return fmt.Errorf("unexpected arguments %q (input comes from stdin)", fs.Args())
 	}
 	var (

@@ -170,16 +170,24 @@ func (g *gen) f32Avx512(mr int) {
 	g.p("\n// func %s(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)", name)
 	g.p("TEXT ·%s(SB), NOSPLIT, %s", name, args512)
 	g.prologue(mr)
+	split := splitAcc(mr)
 	g.zero512(mr)
+	if split {
+		g.zeroRange(2*mr, 4*mr)
+	}
 	const U = 4
 	step := func(u int) {
 		g.p("\tVMOVUPS %d(DX), Z24", 128*u)
 		g.p("\tVMOVUPS %d(DX), Z25", 128*u+64)
+		set := 0
+		if split && u%2 == 1 {
+			set = 2 * mr
+		}
 		for i := 0; i < mr; i++ {
 			r := 26 + i%4
 			g.p("\tVBROADCASTSS %s, Z%d", rowAddr(i, 4*u), r)
-			g.p("\tVFMADD231PS Z24, Z%d, Z%d", r, 2*i)
-			g.p("\tVFMADD231PS Z25, Z%d, Z%d", r, 2*i+1)
+			g.p("\tVFMADD231PS Z24, Z%d, Z%d", r, set+2*i)
+			g.p("\tVFMADD231PS Z25, Z%d, Z%d", r, set+2*i+1)
 		}
 	}
 	g.p("%s_loop%d:", name, U)
@@ -201,7 +209,28 @@ func (g *gen) f32Avx512(mr int) {
 	g.p("\tDECQ CX")
 	g.p("\tJMP %s_tail", name)
 	g.p("%s_done:", name)
+	if split {
+		g.foldAcc(mr)
+	}
 	g.store512(name, mr)
+}
+
+// splitAcc reports whether a kernel of mr rows keeps a second set of accumulators (for odd k
+// steps): with fewer than 8 independent chains the FMA latency (4 cycles, 2 ports) would bound
+// the kernel, which the short tiles of small experts and ragged edges would pay.
+func splitAcc(mr int) bool { return mr <= 4 }
+
+func (g *gen) zeroRange(from, to int) {
+	for i := from; i < to; i++ {
+		g.p("\tVPXORD Z%d, Z%d, Z%d", i, i, i)
+	}
+}
+
+// foldAcc adds the second accumulator set into the first.
+func (g *gen) foldAcc(mr int) {
+	for i := 0; i < 2*mr; i++ {
+		g.p("\tVADDPS Z%d, Z%d, Z%d", 2*mr+i, i, i)
+	}
 }
 
 // w16Avx512 multiplies f32 A by bf16 B: each 64-byte load holds one k-pair of 16 columns; a
@@ -217,6 +246,12 @@ func (g *gen) w16Avx512(mr int) {
 	g.p("\tMOVQ CX, BX")
 	g.p("\tSHRQ $1, CX")
 	g.zero512(mr)
+	split := splitAcc(mr)
+	odd := 0
+	if split {
+		g.zeroRange(2*mr, 4*mr)
+		odd = 2 * mr
+	}
 	const U = 2
 	step := func(u int, oddOnly bool) {
 		g.p("\tVMOVDQU32 %d(DX), Z26", 128*u)
@@ -233,8 +268,8 @@ func (g *gen) w16Avx512(mr int) {
 			g.p("\tVFMADD231PS Z25, Z28, Z%d", 2*i+1)
 			if !oddOnly {
 				g.p("\tVBROADCASTSS %s, Z29", rowAddr(i, 8*u+4))
-				g.p("\tVFMADD231PS Z26, Z29, Z%d", 2*i)
-				g.p("\tVFMADD231PS Z27, Z29, Z%d", 2*i+1)
+				g.p("\tVFMADD231PS Z26, Z29, Z%d", odd+2*i)
+				g.p("\tVFMADD231PS Z27, Z29, Z%d", odd+2*i+1)
 			}
 		}
 	}
@@ -261,6 +296,9 @@ func (g *gen) w16Avx512(mr int) {
 	g.p("\tJEQ %s_done", name)
 	step(0, true)
 	g.p("%s_done:", name)
+	if split {
+		g.foldAcc(mr)
+	}
 	g.store512(name, mr)
 }
 
@@ -434,11 +472,16 @@ func (g *gen) w16Avx2(mr int) {
 	g.store256(name, mr)
 }
 
-// peak emits n iterations of 12 independent register-resident chains (FMA or VDPBF16PS).
-func (g *gen) peak(name string, body func(i int)) {
+// peak emits n iterations of 12 independent register-resident chains (FMA or VDPBF16PS). The
+// operands are set to 0.5 and the chains to 0 first: whatever the registers held before could be
+// denormal, and denormal operands take microcode assists on Intel cores.
+func (g *gen) peak(name string, init []string, body func(i int)) {
 	g.p("\n// func %s(n int)", name)
 	g.p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
 	g.p("\tMOVQ n+0(FP), CX")
+	for _, l := range init {
+		g.p("\t%s", l)
+	}
 	g.p("%s_loop:", name)
 	for i := 0; i < 12; i++ {
 		body(i)
@@ -447,6 +490,18 @@ func (g *gen) peak(name string, body func(i int)) {
 	g.p("\tJNZ %s_loop", name)
 	g.p("\tVZEROUPPER")
 	g.p("\tRET")
+}
+
+func zeroRegs(prefix string, n int) []string {
+	var out []string
+	for i := 0; i < n; i++ {
+		if prefix == "Z" {
+			out = append(out, fmt.Sprintf("VPXORD Z%d, Z%d, Z%d", i, i, i))
+		} else {
+			out = append(out, fmt.Sprintf("VXORPS Y%d, Y%d, Y%d", i, i, i))
+		}
+	}
+	return out
 }
 
 // cvt converts n/16 blocks of 16 floats at src to bf16 at dst (round to nearest even).
@@ -495,9 +550,13 @@ func main() {
 	for mr := 1; mr <= 6; mr++ {
 		g.w16Avx2(mr)
 	}
-	g.peak("peakF32Avx512", func(i int) { g.p("\tVFMADD231PS Z30, Z31, Z%d", i) })
-	g.peak("peakDotAvx512", func(i int) { g.vdpbf16ps(i, 30, 31) })
-	g.peak("peakF32Avx2", func(i int) { g.p("\tVFMADD231PS Y14, Y15, Y%d", i) })
+	half512 := func(bits string) []string {
+		return append([]string{"MOVL $" + bits + ", AX", "VPBROADCASTD AX, Z30", "VMOVDQU32 Z30, Z31"}, zeroRegs("Z", 12)...)
+	}
+	g.peak("peakF32Avx512", half512("0x3f000000"), func(i int) { g.p("\tVFMADD231PS Z30, Z31, Z%d", i) })
+	g.peak("peakDotAvx512", half512("0x3f003f00"), func(i int) { g.vdpbf16ps(i, 30, 31) })
+	g.peak("peakF32Avx2", append([]string{"MOVL $0x3f000000, AX", "MOVQ AX, X15", "VPBROADCASTD X15, Y15", "VMOVUPS Y15, Y14"}, zeroRegs("Y", 12)...),
+		func(i int) { g.p("\tVFMADD231PS Y14, Y15, Y%d", i) })
 	g.cvt()
 	if *verify {
 		if err := verifyEncodings(); err != nil {

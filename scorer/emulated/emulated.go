@@ -4,10 +4,9 @@
 // machine stand in for clusters of 16–64 nodes. Everything it reports is labelled emulated
 // (Info().Emulated, Architecture "emulated").
 //
-// Token counts are exact when Options.Tokenize is the real prompt builder (scorer/prompt over
-// the shipped tokenizer); without one, a built-in approximation stands in (about one token per
-// four bytes of text), which keeps the emulation usable before the tokenizer exists but makes
-// its counts approximate.
+// Token counts are exact: by default Tokenize is the real prompt builder (scorer/prompt over
+// the shipped Qwen3 tokenizer), so the emulated node sees the same token counts, truncation and
+// prefix boundaries as a real one.
 //
 // Prefix reuse follows the real engine: each distinct prefix is computed once per pass, and
 // with PrefixCacheBytes > 0 finished prefixes go into a prefixcache.Cache with the real cache's
@@ -34,6 +33,8 @@ import (
 	"github.com/relevance-scoring/relevance/internal/costmodel"
 	"github.com/relevance-scoring/relevance/scorer"
 	"github.com/relevance-scoring/relevance/scorer/prefixcache"
+	"github.com/relevance-scoring/relevance/scorer/prompt"
+	"github.com/relevance-scoring/relevance/tokenizer"
 )
 
 // Architecture is what Info reports for an emulated engine.
@@ -47,12 +48,12 @@ type TokenizeFunc func(instruction, query string, docs []string, opt scorer.Toke
 type Options struct {
 	// Profile gives the cost coefficients and the noise σ; required.
 	Profile *costmodel.Profile
-	// Tokenize builds groups; nil uses the built-in approximation (see the package doc).
+	// Tokenize builds groups; nil means prompt.New(shipped tokenizer, MaxTokens).Build.
 	Tokenize TokenizeFunc
 	// Model is the name reported in Info; "" means "emulated".
 	Model string
-	// MaxTokens is the longest prompt (prefix + item) accepted by the approximate tokenizer and
-	// reported in Info; 0 means Profile.MaxTokens, or 2048 when that is 0 too.
+	// MaxTokens is the longest prompt (prefix + item) the default prompt builder accepts and
+	// Info reports; 0 means Profile.MaxTokens, or 2048 when that is 0 too.
 	MaxTokens int
 	// Seed seeds the timing noise; runs with the same seed and the same passes sleep the same.
 	Seed uint64
@@ -119,7 +120,11 @@ func New(opt Options) (*Engine, error) {
 		e.sleep = sleepTimer
 	}
 	if e.tokenize == nil {
-		e.tokenize = approxTokenizer{maxTokens: maxTok}.build
+		tok, err := tokenizer.Default()
+		if err != nil {
+			return nil, fmt.Errorf("emulated engine: %w", err)
+		}
+		e.tokenize = prompt.New(tok, maxTok).Build
 	}
 	e.modelName = opt.Model
 	if e.modelName == "" {

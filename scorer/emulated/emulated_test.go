@@ -12,6 +12,8 @@ import (
 
 	"github.com/relevance-scoring/relevance/internal/costmodel"
 	"github.com/relevance-scoring/relevance/scorer"
+	"github.com/relevance-scoring/relevance/scorer/prompt"
+	"github.com/relevance-scoring/relevance/tokenizer"
 )
 
 // fakeSleep records requested durations and returns at once (or ctx's error when done, or err).
@@ -245,43 +247,44 @@ func TestNoiseSeeded(t *testing.T) {
 	}
 }
 
-func TestApproxTokenizer(t *testing.T) {
+func TestTokenizeIsThePromptBuilder(t *testing.T) {
 	e, _ := newEngine(t, func(o *Options) { o.MaxTokens = 160 })
-	long := strings.Repeat("word ", 200)
+	tok, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := prompt.New(tok, 160)
+	long := strings.Repeat("word ", 300)
 	tests := []struct {
-		name      string
-		opt       scorer.TokenizeOptions
-		doc       string
-		truncated bool
-		tooLong   bool
+		name    string
+		opt     scorer.TokenizeOptions
+		doc     string
+		tooLong bool
 	}{
-		{"short", scorer.TokenizeOptions{}, "Red shoes", false, false},
-		{"cut", scorer.TokenizeOptions{}, long, true, false},
-		{"refused", scorer.TokenizeOptions{NoTruncate: true}, long, false, true},
-		{"doc cap", scorer.TokenizeOptions{MaxDocTokens: 3}, "Red running shoes with laces", true, false},
+		{"short", scorer.TokenizeOptions{}, "Red running shoes, size 42", false},
+		{"cut", scorer.TokenizeOptions{}, long, false},
+		{"refused", scorer.TokenizeOptions{NoTruncate: true}, long, true},
+		{"doc cap", scorer.TokenizeOptions{MaxDocTokens: 3}, "Red running shoes with laces", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g, err := e.Tokenize("", "shoes", []string{tt.doc}, tt.opt)
+			got, err := e.Tokenize("", "shoes", []string{tt.doc}, tt.opt)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := g.Truncated[0] > 0; got != tt.truncated {
-				t.Errorf("truncated = %d, want >0: %v", g.Truncated[0], tt.truncated)
+			want, err := b.Build("", "shoes", []string{tt.doc}, tt.opt)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if g.TooLong[0] != tt.tooLong {
-				t.Errorf("TooLong = %v, want %v", g.TooLong[0], tt.tooLong)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("group (-prompt +emulated):\n%s", diff)
 			}
-			if !tt.tooLong && len(g.Prefix)+len(g.Items[0]) > 160 {
-				t.Errorf("prompt %d tokens over the limit", len(g.Prefix)+len(g.Items[0]))
+			if got.TooLong[0] != tt.tooLong {
+				t.Errorf("TooLong = %v, want %v", got.TooLong[0], tt.tooLong)
 			}
 		})
 	}
-	if _, err := e.Tokenize("", strings.Repeat("long query ", 100), []string{"x"}, scorer.TokenizeOptions{}); err == nil || !strings.Contains(err.Error(), "query too long") {
-		t.Errorf("long query err = %v", err)
-	}
-	// Roughly a token per four bytes of words.
-	if n := len(approxTokens(strings.Repeat("abcdefgh ", 100))); n < 150 || n > 250 {
-		t.Errorf("approxTokens gave %d tokens for 900 bytes", n)
+	if e.Info().MaxTokens != 160 {
+		t.Errorf("Info().MaxTokens = %d, want 160", e.Info().MaxTokens)
 	}
 }

@@ -112,4 +112,13 @@ func benchForward(b *testing.B, spec GenSpec, reuse bool) {
 	b.ReportMetric(100*st.Attention.Seconds()/secs, "attn-%")
 	b.ReportMetric(100*st.MoE.Seconds()/secs, "moe-%")
 	b.ReportMetric(100*st.Router.Seconds()/secs, "router-%")
+	// The engine's built-in cost estimate for the same work, to compare with ns/op.
+	est := e.EstimateSeconds([]*scorer.Group{g})
+	if !reuse {
+		est = 0
+		for _, q := range groups {
+			est += e.EstimateSeconds([]*scorer.Group{{Items: q.Items}})
+		}
+	}
+	b.ReportMetric(est, "est-s/op")
 }

@@ -11,11 +11,14 @@ package model
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/relevance-scoring/relevance/internal/costmodel"
@@ -84,14 +87,9 @@ func Load(dir string, opt Options) (*Engine, error) {
 	if opt.PrefixCacheBytes < 0 {
 		return nil, fmt.Errorf("load model: prefix cache bytes must be ≥ 0, got %d", opt.PrefixCacheBytes)
 	}
-	var tok *tokenizer.Tokenizer
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err == nil {
-		tok, err = tokenizer.LoadFile(dir)
-		if err != nil {
-			return nil, fmt.Errorf("load model %s: %w", dir, err)
-		}
-	} else if tok, err = tokenizer.Default(); err != nil {
-		return nil, fmt.Errorf("load model %s: default tokenizer: %w", dir, err)
+	tok, err := loadTokenizer(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load model %s: %w", dir, err)
 	}
 	yes, okY := tok.TokenID("yes")
 	no, okN := tok.TokenID("no")
@@ -196,7 +194,6 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 			if kv := e.cache.get(keys[i]); kv != nil {
 				q.Cached = kv
 				g.PrefixCached = true
-				stats.PrefixReused += len(g.Prefix)
 			} else {
 				q.KeepKV = true
 			}
@@ -225,6 +222,12 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 	}
 	stats.Duration = time.Since(start)
 	stats.PrefixTokens = st.PrefixTokens
+	// Reused: prefix tokens not computed, from the cache or shared with another group of the
+	// same pass (identical prefixes are computed once).
+	for _, g := range groups {
+		stats.PrefixReused += len(g.Prefix)
+	}
+	stats.PrefixReused -= st.PrefixTokens
 	stats.ItemTokens = st.ItemTokens
 	if st.MoECalls > 0 {
 		stats.MoEVariants = st.MoEVariants
@@ -255,10 +258,11 @@ func (e *Engine) EstimateSeconds(groups []*scorer.Group) float64 {
 // shapeCost derives cost coefficients from the model's shape: a = 2·(active weights per token)
 // flops, b = 4·layers·heads·head_dim flops per attended pair (q·k and the weighted sum of v),
 // both at an assumed sustained rate of flopsPerThread per kernel thread, and c = 2 ms per batch.
-// flopsPerThread (1.5 GFLOP/s) is what the plain-Go reference kernels reach on one core of a
-// 2024 x86 server (crude; measured on the small presets, see the package benchmarks).
+// flopsPerThread (12 GFLOP/s) is a crude figure for the AVX-512 kernels on one core, all
+// overheads included, from BenchmarkForward on the small presets (est-s/op against ns/op); nodes
+// should replace it with a measured profile (`bench calibrate`, Options.Cost).
 func shapeCost(c *qwen.Config, threads int) costmodel.Coeffs {
-	const flopsPerThread = 1.5e9
+	const flopsPerThread = 12e9
 	H, hd := float64(c.HiddenSize), float64(c.HeadDim)
 	qd, kvd := float64(c.NumAttentionHeads)*hd, float64(c.NumKeyValueHeads)*hd
 	var params float64
@@ -303,6 +307,32 @@ func (e *Engine) Score(ctx context.Context, instruction, query string, docs []st
 
 // Sigmoid is the score of a logit difference.
 func Sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+
+// defaultTokenizerSum is the SHA-256 of the shipped tokenizer.json.
+var defaultTokenizerSum = sync.OnceValues(func() ([32]byte, error) {
+	b, err := tokenizer.DefaultJSON()
+	if err != nil {
+		return [32]byte{}, err
+	}
+	return sha256.Sum256(b), nil
+})
+
+// loadTokenizer loads dir/tokenizer.json, or uses the shipped Qwen3 tokenizer when the folder has
+// none. A file identical to the shipped one (every generated checkpoint) shares the already
+// loaded default instead of parsing 11 MB of JSON again.
+func loadTokenizer(dir string) (*tokenizer.Tokenizer, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return tokenizer.Default()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if sum, err := defaultTokenizerSum(); err == nil && sum == sha256.Sum256(b) {
+		return tokenizer.Default()
+	}
+	return tokenizer.Load(b)
+}
 
 func tokensKey(ids []int32) string {
 	b := make([]byte, 4*len(ids))

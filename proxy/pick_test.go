@@ -1,0 +1,90 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestRetryBudget(t *testing.T) {
+	b := newRetryBudget(0.1, 2)
+	got := []bool{b.take(), b.take(), b.take()}
+	if got[0] != true || got[1] != true || got[2] != false {
+		t.Fatalf("burst of 2: takes %v", got)
+	}
+	for range 9 {
+		b.deposit()
+	}
+	if b.take() {
+		t.Fatal("9 batches at 10% earned a whole retry")
+	}
+	b.deposit()
+	if !b.take() {
+		t.Fatal("10 batches at 10% did not earn a retry")
+	}
+	for range 100 {
+		b.deposit()
+	}
+	if b.take(); !b.take() || b.take() {
+		t.Fatal("bucket not capped at its burst of 2")
+	}
+}
+
+func TestLatencyTracker(t *testing.T) {
+	lt := newLatencyTracker(0.9)
+	if _, n := lt.quantile(); n != 0 {
+		t.Fatalf("empty tracker has %d samples", n)
+	}
+	for i := range 100 {
+		lt.add(float64(100 - i)) // 100 down to 1
+	}
+	lt.add(-1) // ignored
+	// Published every 16 samples: the last publication saw 100..5, whose nearest-rank p90 is
+	// the 87th smallest of 96 values, 91.
+	if q, n := lt.quantile(); q != 91 || n != 96 {
+		t.Errorf("p90 = %v after %d samples, want 91 after 96", q, n)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	live := context.Background()
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	dl := status.Error(codes.DeadlineExceeded, "deadline")
+	tests := []struct {
+		name     string
+		ctx      context.Context
+		err      error
+		el       time.Duration
+		expected float64
+		want     string // "ok", "excluded" or "failure"
+	}{
+		{"success", live, nil, time.Millisecond, 0.001, "ok"},
+		{"unavailable", live, status.Error(codes.Unavailable, "x"), time.Millisecond, 0.001, "failure"},
+		{"internal", live, status.Error(codes.Internal, "x"), time.Millisecond, 0.001, "failure"},
+		{"invalid argument", live, status.Error(codes.InvalidArgument, "x"), time.Millisecond, 0.001, "excluded"},
+		{"canceled code", live, status.Error(codes.Canceled, "x"), time.Millisecond, 0.001, "excluded"},
+		{"caller cancelled", cancelled, status.Error(codes.Unavailable, "x"), time.Millisecond, 0.001, "excluded"},
+		{"deadline too short for the work", live, dl, 20 * time.Millisecond, 0.1, "excluded"},
+		{"deadline on a node far past its expected time", live, dl, 500 * time.Millisecond, 0.01, "failure"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := classify(tt.ctx, tt.err, tt.el, tt.expected)
+			got := "failure"
+			switch {
+			case v == nil:
+				got = "ok"
+			case errors.Is(v, errExcluded):
+				got = "excluded"
+			}
+			if got != tt.want {
+				t.Errorf("classify = %s (%v), want %s", got, v, tt.want)
+			}
+		})
+	}
+}
