@@ -95,6 +95,10 @@ type Options struct {
 	Warmup   time.Duration
 	SLO      time.Duration
 	Timeout  time.Duration // per request; 0: 10 s
+	// ProxySLO is the proxy's default request deadline (--slo of proxy serve); 0 means 2×SLO.
+	// Above the goodput SLO on purpose: a deadline at the SLO turns every slow request into a
+	// 504 at exactly the SLO, and the latency percentiles then only describe the survivors.
+	ProxySLO time.Duration
 	// Capacity in requests/s; 0 measures it with a closed-loop probe of ProbeConfig.
 	Capacity         float64
 	ProbeConfig      Config
@@ -139,6 +143,7 @@ type Report struct {
 	DurationSec      float64 `json:"duration_s"`
 	WarmupSec        float64 `json:"warmup_s"`
 	SLOms            float64 `json:"slo_ms"`
+	ProxySLOms       float64 `json:"proxy_deadline_ms"`
 	Machine          string  `json:"machine"`
 	StartedAt        string  `json:"started_at"`
 	WallSec          float64 `json:"wall_s"`
@@ -189,6 +194,9 @@ func (o *Options) defaults() error {
 	if o.Timeout == 0 {
 		o.Timeout = 10 * time.Second
 	}
+	if o.ProxySLO == 0 {
+		o.ProxySLO = 2 * o.SLO
+	}
 	if o.ProbeConfig == (Config{}) {
 		o.ProbeConfig = Best
 	}
@@ -225,7 +233,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep := &Report{
 		Emulated: o.Cluster.Emulated(), Nodes: o.Cluster.Nodes.Count, Workload: o.Trace.Spec().Name,
 		TraceSeed: o.Seed, MeanItems: o.Trace.MeanItems(), DurationSec: o.Duration.Seconds(), WarmupSec: o.Warmup.Seconds(),
-		SLOms: float64(o.SLO) / 1e6, StartedAt: began.UTC().Format(time.RFC3339), Machine: calibrate.Machine(),
+		SLOms: float64(o.SLO) / 1e6, ProxySLOms: float64(o.ProxySLO) / 1e6, StartedAt: began.UTC().Format(time.RFC3339), Machine: calibrate.Machine(),
 	}
 	if o.Profile != nil {
 		rep.ModelCapacityRPS = ModelCapacity(o.Trace, o.Profile.Coeffs, o.Cluster.Nodes.Count)
@@ -244,9 +252,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		p.HTTPAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(hp))
 		p.GRPCAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(gp))
 		p.Split, p.Route, p.Hedge = cfg.Split, cfg.Route, cfg.Hedge
-		if p.SLO == 0 {
-			p.SLO = o.SLO
-		}
+		p.SLO = o.ProxySLO
 		return p, nil
 	}
 	targetOf := func(p cluster.Proxy) string {

@@ -56,8 +56,8 @@ func (r *Report) HeadlineText() string {
 
 // Summary is the header printed above the table.
 func (r *Report) Summary() string {
-	s := fmt.Sprintf("%s comparison: %d scorer nodes, workload %s (trace seed %d, %.1f items/request), capacity %.2f req/s (%s), %gs per run (%gs warm-up), SLO %.0f ms\n",
-		r.label(), r.Nodes, r.Workload, r.TraceSeed, r.MeanItems, r.CapacityRPS, r.CapacityMethod, r.DurationSec, r.WarmupSec, r.SLOms)
+	s := fmt.Sprintf("%s comparison: %d scorer nodes, workload %s (trace seed %d, %.1f items/request), capacity %.2f req/s (%s), %gs per run (%gs warm-up), goodput SLO %.0f ms, proxy deadline %.0f ms\n",
+		r.label(), r.Nodes, r.Workload, r.TraceSeed, r.MeanItems, r.CapacityRPS, r.CapacityMethod, r.DurationSec, r.WarmupSec, r.SLOms, r.ProxySLOms)
 	if r.ModelCapacityRPS > 0 {
 		s += fmt.Sprintf("cost-model capacity bound at perfect balance: %.2f req/s\n", r.ModelCapacityRPS)
 	}

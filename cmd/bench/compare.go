@@ -34,6 +34,7 @@ func runCompare(args []string) error {
 	seed := fs.Uint64("seed", 0, "trace and arrival seed; 0 uses the workload's")
 	traceSize := fs.Int("trace-size", 0, "distinct requests (0: the workload's trace_size)")
 	slo := fs.Duration("slo", 500*time.Millisecond, "goodput SLO (also the proxy's default deadline)")
+	proxySLO := fs.Duration("proxy-slo", 0, "the proxy's default deadline (0: 2×--slo, so latencies past the SLO are measured, not cut into 504s at it)")
 	timeout := fs.Duration("timeout", 10*time.Second, "per-request client timeout")
 	useGRPC := fs.Bool("grpc", false, "drive the proxy's gRPC Ranker.Score instead of HTTP /v1/rerank")
 	maxBatchItems := fs.Int("max-batch-items", 4, "proxy split.max_batch_items: the chunk size of fixed splitting and the cap of cost splitting")
@@ -63,6 +64,12 @@ func runCompare(args []string) error {
 		}
 	} else {
 		ccfg.Nodes.Engine = "real"
+		// Real nodes: the profile, when there is one, still gives the proxy its prior.
+		if _, serr := os.Stat(*profile); serr == nil {
+			if prof, err = costmodel.LoadProfile(*profile); err != nil {
+				return fmt.Errorf("--cost-profile: %w", err)
+			}
+		}
 	}
 	if err := ccfg.Validate(); err != nil {
 		return err
@@ -72,7 +79,7 @@ func runCompare(args []string) error {
 	} else {
 		ccfg.LogDir += "/compare-real"
 	}
-	o := compare.Options{Cluster: ccfg, Duration: *duration, Warmup: *warmup, SLO: *slo, Timeout: *timeout, Capacity: *capacity,
+	o := compare.Options{Cluster: ccfg, Duration: *duration, Warmup: *warmup, SLO: *slo, Timeout: *timeout, ProxySLO: *proxySLO, Capacity: *capacity,
 		ProbeDuration: *probeDur, ProbeConcurrency: *probeConc, GRPC: *useGRPC, Profile: prof, Log: os.Stderr}
 	if *configs != "all" {
 		for _, s := range strings.Split(*configs, ",") {

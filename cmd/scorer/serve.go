@@ -24,57 +24,10 @@ import (
 
 // runServe runs one scorer node until SIGTERM/SIGINT, then drains and exits.
 func runServe(args []string) error {
-	fs := cli.NewFlagSet("scorer", "serve", "[--config FILE] [flags]\n\nFlags override the config file; without --config the defaults apply.")
-	configPath := fs.String("config", "", "YAML config file (configs/scorer.yaml); empty: defaults")
-	grpcAddr := fs.String("grpc-addr", "", "gRPC listen address host:port (default 127.0.0.1:7070)")
-	httpAddr := fs.String("http-addr", "", "HTTP listen address host:port (default 127.0.0.1:7071)")
-	nodeID := fs.String("node-id", "", "node id in replies and logs (default host:grpc-port)")
-	engine := fs.String("engine", "", "engine: real (load --model) or emulated (sleep per --cost-profile)")
-	modelDir := fs.String("model", "", "Hugging Face checkpoint folder (engine real); a name for engine emulated")
-	costProfile := fs.String("cost-profile", "", "cost profile JSON written by `bench calibrate` (engine emulated)")
-	threads := fs.Int("threads", 0, "forward-pass threads (0: GOMAXPROCS)")
-	maxTokens := fs.Int("max-tokens", 0, "longest prompt in tokens (0: the engine's limit)")
-	moePolicy := fs.String("moe-policy", "", "MoE kernel policy: threshold, auto or fixed:<blockM>")
-	prefixCache := fs.Int64("prefix-cache-bytes", 0, "cross-request prefix cache budget in bytes (0 disables)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	cfg, err := node.Load(*configPath)
+	cfg, err := serveConfig(args)
 	if err != nil {
 		return err
 	}
-	// Only flags given on the command line override the file.
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "grpc-addr":
-			cfg.GRPCAddr = *grpcAddr
-		case "http-addr":
-			cfg.HTTPAddr = *httpAddr
-		case "node-id":
-			cfg.NodeID = *nodeID
-		case "engine":
-			cfg.Engine = *engine
-		case "model":
-			cfg.Model = *modelDir
-		case "cost-profile":
-			cfg.CostProfile = *costProfile
-		case "threads":
-			cfg.Threads = *threads
-		case "max-tokens":
-			cfg.MaxTokens = *maxTokens
-		case "moe-policy":
-			cfg.MoEPolicy = *moePolicy
-		case "prefix-cache-bytes":
-			cfg.PrefixCacheBytes = *prefixCache
-		}
-	})
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -111,6 +64,62 @@ func runServe(args []string) error {
 		log.Warn("shutdown", "err", err)
 	}
 	return runErr
+}
+
+// serveConfig parses serve's flags: the config file (or the defaults), then the flags given on
+// the command line, then validation.
+func serveConfig(args []string) (node.Config, error) {
+	fs := cli.NewFlagSet("scorer", "serve", "[--config FILE] [flags]\n\nFlags override the config file; without --config the defaults apply.")
+	configPath := fs.String("config", "", "YAML config file (configs/scorer.yaml); empty: defaults")
+	grpcAddr := fs.String("grpc-addr", "", "gRPC listen address host:port (default 127.0.0.1:7070)")
+	httpAddr := fs.String("http-addr", "", "HTTP listen address host:port (default 127.0.0.1:7071)")
+	nodeID := fs.String("node-id", "", "node id in replies and logs (default host:grpc-port)")
+	engine := fs.String("engine", "", "engine: real (load --model) or emulated (sleep per --cost-profile)")
+	modelDir := fs.String("model", "", "Hugging Face checkpoint folder (engine real); a name for engine emulated")
+	costProfile := fs.String("cost-profile", "", "cost profile JSON written by `bench calibrate` (engine emulated)")
+	threads := fs.Int("threads", 0, "forward-pass threads (0: GOMAXPROCS)")
+	maxTokens := fs.Int("max-tokens", 0, "longest prompt in tokens (0: the engine's limit)")
+	moePolicy := fs.String("moe-policy", "", "MoE kernel policy: threshold, auto or fixed:<blockM>")
+	prefixCache := fs.Int64("prefix-cache-bytes", 0, "cross-request prefix cache budget in bytes (0 disables)")
+	if err := fs.Parse(args); err != nil {
+		return node.Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return node.Config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	cfg, err := node.Load(*configPath)
+	if err != nil {
+		return cfg, err
+	}
+	// Only flags given on the command line override the file.
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "grpc-addr":
+			cfg.GRPCAddr = *grpcAddr
+		case "http-addr":
+			cfg.HTTPAddr = *httpAddr
+		case "node-id":
+			cfg.NodeID = *nodeID
+		case "engine":
+			cfg.Engine = *engine
+		case "model":
+			cfg.Model = *modelDir
+		case "cost-profile":
+			cfg.CostProfile = *costProfile
+		case "threads":
+			cfg.Threads = *threads
+		case "max-tokens":
+			cfg.MaxTokens = *maxTokens
+		case "moe-policy":
+			cfg.MoEPolicy = *moePolicy
+		case "prefix-cache-bytes":
+			cfg.PrefixCacheBytes = *prefixCache
+		}
+	})
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
 }
 
 // engineLoader returns the node's LoadFunc for cfg.Engine.

@@ -964,3 +964,16 @@ func TestConcurrentCallsHammer(t *testing.T) {
 		t.Errorf("load after the hammer = %+v, want empty", l)
 	}
 }
+
+func TestMaxRequestBytes(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxRequestBytes = 2048
+	h := start(t, cfg, loadEngine(newFake()), true)
+	_, err := h.client.ScoreBatch(ctxT(t), batch("q", strings.Repeat("x", 4000)))
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("err = %v, want ResourceExhausted for a message over max_request_bytes", err)
+	}
+	if _, err := h.client.ScoreBatch(ctxT(t), batch("q", "small")); err != nil {
+		t.Errorf("small request: %v", err)
+	}
+}

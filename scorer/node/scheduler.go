@@ -121,7 +121,7 @@ func (s *scheduler) load() loadSnapshot {
 
 var (
 	errDraining  = status.Error(codes.Unavailable, "node is draining: not taking new batches")
-	errQueueFull = "queue full: %d batches waiting (max_queue_batches)"
+	msgQueueFull = "queue full: %d batches waiting (max_queue_batches)"
 )
 
 // submit queues g for the caller whose ctx is given. It estimates on the caller's goroutine.
@@ -141,7 +141,7 @@ func (s *scheduler) submit(ctx context.Context, eng scorer.Engine, g *scorer.Gro
 	if len(s.queue) >= s.maxQueue {
 		n := len(s.queue)
 		s.mu.Unlock()
-		return nil, status.Errorf(codes.ResourceExhausted, errQueueFull, n)
+		return nil, status.Errorf(codes.ResourceExhausted, msgQueueFull, n)
 	}
 	j.enqueued = s.now()
 	s.queue = append(s.queue, j)
