@@ -146,7 +146,7 @@ func TestGemmRowsAllImplementations(t *testing.T) {
 							if k > 64 && (m%6 != 1 || n%16 != 1) && !(m == 12 && n == 32) {
 								continue // big K on the ragged shapes and one whole tile only
 							}
-							if testing.Short() && k > 64 && m*n > 64 {
+							if (testing.Short() || raceEnabled) && k > 64 && m*n > 64 {
 								continue
 							}
 							p := newProblem(t, rng, m, n, k, k, dt)
@@ -245,6 +245,9 @@ func TestLinearThreads(t *testing.T) {
 					tol, act := tolerance(c, dt)
 					rng := rand.New(rand.NewPCG(4, uint64(threads)))
 					for _, s := range shapes {
+						if raceEnabled && s.m*s.n*s.k > 1<<21 {
+							continue // the race run checks the threading, not every size
+						}
 						p := newProblem(t, rng, s.m, s.n, s.k, s.k, dt)
 						dst := make([]float32, s.m*s.n)
 						Linear(dst, p.x, s.m, p.w)

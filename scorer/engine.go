@@ -4,7 +4,7 @@
 // (package scorer/model) and the calibrated emulation (package scorer/emulated).
 //
 // Types here are plain data; an Engine implementation documents its own concurrency (the node
-// calls Forward from one goroutine at a time, Tokenize from many).
+// calls Forward from one goroutine at a time, Tokenize and EstimateSeconds from many).
 package scorer
 
 import (
@@ -82,7 +82,8 @@ type Engine interface {
 	// Forward scores every item of every group in one pass and fills the groups' outputs. It stops
 	// early with ctx's error when ctx is done. The node calls it from one goroutine at a time.
 	Forward(ctx context.Context, groups []*Group) (ForwardStats, error)
-	// EstimateSeconds predicts Forward's duration for the given groups (used for load reporting).
+	// EstimateSeconds predicts Forward's duration for the given groups (used for load reporting
+	// and early deadline checks). Safe for concurrent use, also while Forward runs.
 	EstimateSeconds(groups []*Group) float64
 	Info() Info
 }

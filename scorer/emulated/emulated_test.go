@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -286,5 +287,21 @@ func TestTokenizeIsThePromptBuilder(t *testing.T) {
 	}
 	if e.Info().MaxTokens != 160 {
 		t.Errorf("Info().MaxTokens = %d, want 160", e.Info().MaxTokens)
+	}
+}
+
+// BenchmarkTokenize is the caller-side cost of one batch on an emulated (or real) node: 16
+// product-like documents of about 600 bytes through the real prompt builder.
+func BenchmarkTokenize(b *testing.B) {
+	e, _ := newEngine(b, nil)
+	docs := make([]string, 16)
+	for i := range docs {
+		docs[i] = strings.Repeat("product "+strconv.Itoa(i)+" with attributes, colour red, size 42. ", 12)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := e.Tokenize("", "red running shoes", docs, scorer.TokenizeOptions{}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -255,32 +255,41 @@ func (e *Engine) EstimateSeconds(groups []*scorer.Group) float64 {
 	return e.cost.Seconds(f)
 }
 
-// shapeCost derives cost coefficients from the model's shape: a = 2·(active weights per token)
-// flops, b = 4·layers·heads·head_dim flops per attended pair (q·k and the weighted sum of v),
-// both at an assumed sustained rate of flopsPerThread per kernel thread, and c = 2 ms per batch.
-// flopsPerThread (12 GFLOP/s) is a crude figure for the AVX-512 kernels on one core, all
-// overheads included, from BenchmarkForward on the small presets (est-s/op against ns/op); nodes
-// should replace it with a measured profile (`bench calibrate`, Options.Cost).
+// shapeCost derives cost coefficients from the model's shape:
+//
+//	a = 2·(dense weights per token)/denseRate + 2·(routed expert weights per token)/expertRate
+//	b = 4·layers·heads·head_dim / attnRate  (q·k and the weighted sum of v, per attended pair)
+//	c = 2 ms per batch
+//
+// with the rates per kernel thread. The rates are crude fits of BenchmarkForward on the small
+// presets (qwen3 and qwen3_moe, 2 threads, a heavily shared machine): the grouped expert GEMM
+// sustains far less than the dense one on routed rows. Nodes should replace them with a measured
+// profile (`bench calibrate`, Options.Cost).
 func shapeCost(c *qwen.Config, threads int) costmodel.Coeffs {
-	const flopsPerThread = 12e9
+	const (
+		denseRate  = 40e9 // flop/s per thread
+		expertRate = 15e9
+		attnRate   = 15e9
+	)
 	H, hd := float64(c.HiddenSize), float64(c.HeadDim)
 	qd, kvd := float64(c.NumAttentionHeads)*hd, float64(c.NumKeyValueHeads)*hd
-	var params float64
+	var dense, expert float64
 	for i := 0; i < c.NumHiddenLayers; i++ {
-		params += H*qd*2 + H*kvd*2
+		dense += H*qd*2 + H*kvd*2
 		if c.IsSparse(i) {
-			params += H*float64(c.NumExperts) + 3*H*float64(c.MoEIntermediateSize*c.NumExpertsPerTok)
+			dense += H * float64(c.NumExperts)
+			expert += 3 * H * float64(c.MoEIntermediateSize*c.NumExpertsPerTok)
 			if c.HasSharedExpert() {
-				params += 3*H*float64(c.SharedExpertIntermediateSize) + H
+				dense += 3*H*float64(c.SharedExpertIntermediateSize) + H
 			}
 		} else {
-			params += 3 * H * float64(c.IntermediateSize)
+			dense += 3 * H * float64(c.IntermediateSize)
 		}
 	}
-	rate := flopsPerThread * float64(max(threads, 1))
+	t := float64(max(threads, 1))
 	return costmodel.Coeffs{
-		A: 2 * params / rate,
-		B: 4 * float64(c.NumHiddenLayers) * qd / rate,
+		A: 2*dense/(denseRate*t) + 2*expert/(expertRate*t),
+		B: 4 * float64(c.NumHiddenLayers) * qd / (attnRate * t),
 		C: 2e-3,
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/relevance-scoring/relevance/internal/grpcutf8"
 	"log/slog"
 	"math"
 	"net"
@@ -75,6 +76,7 @@ type Node struct {
 	httpLis   net.Listener
 	nodeID    string
 	startedAt time.Time
+	stopGrace time.Duration // how long GracefulStop may wait for open streams (health Watch)
 
 	mu       sync.Mutex // guards the load/draining transitions and their health updates
 	draining bool
@@ -101,13 +103,14 @@ func New(cfg Config, load LoadFunc, opt Options) (*Node, error) {
 		return nil, errors.New("node: a LoadFunc is required")
 	}
 	n := &Node{
-		cfg:    cfg,
-		load:   load,
-		log:    opt.Logger,
-		reg:    opt.Registry,
-		sched:  newScheduler(cfg.MaxBatchTokens, cfg.MaxQueueBatches),
-		health: health.NewServer(),
-		loaded: make(chan struct{}),
+		cfg:       cfg,
+		load:      load,
+		log:       opt.Logger,
+		reg:       opt.Registry,
+		sched:     newScheduler(cfg.MaxBatchTokens, cfg.MaxQueueBatches),
+		health:    health.NewServer(),
+		loaded:    make(chan struct{}),
+		stopGrace: 2 * time.Second,
 	}
 	if n.log == nil {
 		n.log = slog.Default()
@@ -124,7 +127,7 @@ func New(cfg Config, load LoadFunc, opt Options) (*Node, error) {
 	for _, svc := range []string{"", scorerService} {
 		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
-	n.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(cfg.maxRecvBytes()))
+	n.grpcSrv = grpc.NewServer(append(grpcutf8.ServerOptions(), grpc.MaxRecvMsgSize(cfg.maxRecvBytes()))...)
 	pb.RegisterScorerServer(n.grpcSrv, &service{n: n})
 	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
 	reflection.Register(n.grpcSrv)
@@ -283,13 +286,14 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		}
 		n.sched.stop()
 		n.health.Shutdown()
-		// GracefulStop waits for open streams (health Watch) too; bound it.
+		// GracefulStop also waits for open streams (a health Watch never ends by itself); after the
+		// drain no ScoreBatch is left, so bound the wait and close what remains.
 		stopped := make(chan struct{})
 		go func() {
 			n.grpcSrv.GracefulStop()
 			close(stopped)
 		}()
-		grace := time.NewTimer(5 * time.Second)
+		grace := time.NewTimer(n.stopGrace)
 		select {
 		case <-stopped:
 		case <-ctx.Done():

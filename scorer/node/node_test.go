@@ -977,3 +977,31 @@ func TestMaxRequestBytes(t *testing.T) {
 		t.Errorf("small request: %v", err)
 	}
 }
+
+func TestShutdownWithOpenHealthWatch(t *testing.T) {
+	h := start(t, testConfig(), loadEngine(newFake()), true)
+	h.n.stopGrace = 50 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := h.health.Watch(ctx, &healthpb.HealthCheckRequest{Service: ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := w.Recv(); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("watch first = %v, %v", r, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.n.Shutdown(context.Background()) }()
+	// The watcher sees NOT_SERVING as the drain starts.
+	if r, err := w.Recv(); err != nil || r.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("watch after shutdown = %v, %v; want NOT_SERVING", r, err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown hung on an open health Watch stream")
+	}
+}

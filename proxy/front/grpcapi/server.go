@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relevance-scoring/relevance/internal/grpcutf8"
 	"log/slog"
 	"net"
 	"runtime/debug"
@@ -110,7 +111,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.MaxSendMsgSize(cfg.MaxSendBytes),
 		// Metrics outermost so that a recovered panic is counted as the INTERNAL it became.
-		grpc.ChainUnaryInterceptor(metricsInterceptor(opts.Metrics), recoveryInterceptor(log)),
+		// The UTF-8 check answers INVALID_ARGUMENT for requests the codec had to repair.
+		grpc.ForceServerCodecV2(grpcutf8.Codec()),
+		grpc.ChainUnaryInterceptor(metricsInterceptor(opts.Metrics), recoveryInterceptor(log), grpcutf8.UnaryServerInterceptor),
 	)
 	relevancev1.RegisterRankerServer(s.gs, &ranker{core: opts.Core})
 	healthpb.RegisterHealthServer(s.gs, s.health)

@@ -50,10 +50,9 @@ type Model struct {
 	// package-level runner.
 	MoE *kernels.MoERunner
 
-	embed   safetensors.Tensor // [vocab, hidden]
-	rope    *kernels.RoPETable
-	maxPos  int
-	weights int64
+	embed  safetensors.Tensor // [vocab, hidden]
+	rope   *kernels.RoPETable
+	maxPos int
 }
 
 // LoadOptions controls Load.

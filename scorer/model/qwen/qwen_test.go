@@ -339,3 +339,41 @@ func TestCalibrateSpreadsScores(t *testing.T) {
 		t.Fatalf("held-out scores span [%v, %v]", lo, hi)
 	}
 }
+
+// TestPresetsMatchReference runs the generated tiny presets themselves (full Qwen vocabulary,
+// bf16 as gen-model writes them) against the reference.
+func TestPresetsMatchReference(t *testing.T) {
+	for i, arch := range []string{"qwen3", "qwen3_moe", "qwen2_moe"} {
+		t.Run(arch, func(t *testing.T) {
+			cfg, err := Preset(arch, "tiny")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts, err := Generate(cfg, GenOptions{Seed: uint64(i), DType: safetensors.BF16, Fused: arch == "qwen3_moe"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows := []int{9693, 2152}
+			m, err := Load(cfg, NewMemSource(ts), LoadOptions{HeadRows: rows, MaxPositions: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(uint64(i), 1))
+			g := &Group{Prefix: randSeq(rng, 12, cfg.VocabSize), Items: [][]int32{randSeq(rng, 9, cfg.VocabSize), randSeq(rng, 4, cfg.VocabSize)}}
+			var st Stats
+			out, err := m.Forward(context.Background(), []*Group{g}, &st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref := newRef(t, cfg, ts)
+			for it, item := range g.Items {
+				want := ref.logits(t, append(append([]int32(nil), g.Prefix...), item...))
+				for j, row := range rows {
+					if got, w := float64(out[0][it][j]), want[row]; math.Abs(got-w) > 1e-3*math.Max(1, math.Abs(w)) {
+						t.Errorf("item %d row %d: logit %v, reference %v", it, row, got, w)
+					}
+				}
+			}
+		})
+	}
+}
