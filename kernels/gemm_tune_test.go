@@ -91,9 +91,9 @@ func TestTuneAB(t *testing.T) {
 		outer    bool
 	}
 	var vs []variant
-	for _, outer := range []bool{false, true} {
+	for _, nc := range []int{128, 256, 512, 1024} {
 		for _, kc := range []int{128, 256} {
-			vs = append(vs, variant{fmt.Sprintf("outer=%v kc=%d", outer, kc), kc, 2 * kc, 512, outer})
+			vs = append(vs, variant{fmt.Sprintf("nc=%d kc=%d", nc, kc), kc, 2 * kc, nc, false})
 		}
 	}
 	shape := [3]int{144, 1536, 2048}

@@ -163,10 +163,17 @@ func (g *gen) zero512(mr int) {
 
 const args512 = "$0-64"
 
+// prefetchF32 is how far ahead (bytes of the B panel, 128 per k) the f32 kernel prefetches B
+// into L1, where the panel streams from L2 once per micro-tile. Measured gain on the dev
+// machine: small (a few %, within its noise); it costs two load slots per k, which the kernel
+// has to spare.
+const prefetchF32 = 512
+
 // f32Avx512 is the FP32 kernel: per k, two 16-float loads of B, one broadcast of A per row and
 // two FMAs per row.
 func (g *gen) f32Avx512(mr int) {
 	name := fmt.Sprintf("gemmF32Avx512_%d", mr)
+	pf := prefetchF32
 	g.p("\n// func %s(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)", name)
 	g.p("TEXT ·%s(SB), NOSPLIT, %s", name, args512)
 	g.prologue(mr)
@@ -177,6 +184,8 @@ func (g *gen) f32Avx512(mr int) {
 	}
 	const U = 4
 	step := func(u int) {
+		g.p("\tPREFETCHT0 %d(DX)", 128*u+pf)
+		g.p("\tPREFETCHT0 %d(DX)", 128*u+pf+64)
 		g.p("\tVMOVUPS %d(DX), Z24", 128*u)
 		g.p("\tVMOVUPS %d(DX), Z25", 128*u+64)
 		set := 0

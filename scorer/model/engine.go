@@ -262,14 +262,15 @@ func (e *Engine) EstimateSeconds(groups []*scorer.Group) float64 {
 //	c = 2 ms per batch
 //
 // with the rates per kernel thread. The rates are crude fits of BenchmarkForward on the small
-// presets (qwen3 and qwen3_moe, 2 threads, a heavily shared machine): the grouped expert GEMM
-// sustains far less than the dense one on routed rows. Nodes should replace them with a measured
+// presets (qwen3 and qwen3_moe, 2 threads, AVX-512 kernels, a shared machine at load ≈ 3): the
+// estimate lands within ~10% of the median there; the grouped expert GEMM sustains far less than
+// the dense one on routed rows. Nodes should replace them with a measured
 // profile (`bench calibrate`, Options.Cost).
 func shapeCost(c *qwen.Config, threads int) costmodel.Coeffs {
 	const (
-		denseRate  = 40e9 // flop/s per thread
-		expertRate = 15e9
-		attnRate   = 15e9
+		denseRate  = 75e9 // flop/s per thread
+		expertRate = 28e9
+		attnRate   = 28e9
 	)
 	H, hd := float64(c.HiddenSize), float64(c.HeadDim)
 	qd, kvd := float64(c.NumAttentionHeads)*hd, float64(c.NumKeyValueHeads)*hd

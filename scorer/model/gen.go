@@ -55,15 +55,18 @@ var calibrationDocs = []string{
 
 // syntheticDocs makes n deterministic documents of 2 to 25 words: with hidden sizes of hundreds,
 // the direction of largest variance of the last state is only found from many samples.
-func syntheticDocs(n int) []string {
+func syntheticDocs(n int) []string { return syntheticTexts(n, 2, 25, 7) }
+
+// syntheticTexts makes n deterministic texts of lo to hi words from a mixed word list.
+func syntheticTexts(n, lo, hi int, seed uint64) []string {
 	words := strings.Fields("coffee espresso the a of and to in is for with on that by this from at as " +
 		"river mountain price market city music history science water light energy code error " +
 		"machine learning model search query result page book film game team player score year " +
 		"北京 東京 café über naïve 2024 3.14 100% $5 (note) — \"quoted\" x+y=z")
-	rng := rand.New(rand.NewPCG(2024, 7))
+	rng := rand.New(rand.NewPCG(2024, seed))
 	docs := make([]string, n)
 	for i := range docs {
-		w := make([]string, 2+rng.IntN(24))
+		w := make([]string, lo+rng.IntN(hi-lo+1))
 		for j := range w {
 			w[j] = words[rng.IntN(len(words))]
 		}
@@ -105,16 +108,19 @@ func Generate(dir string, spec GenSpec) error {
 	}
 	// Calibrate on several queries' prompts, as the engine runs them (prefix groups).
 	b := prompt.New(tok, 0)
+	// Many queries with a few documents each: the query's own offset on the logit is learned
+	// (and projected out) from the spread of the queries' means.
 	docs := append(append([]string(nil), calibrationDocs...), syntheticDocs(96)...)
+	queries := append(append([]string(nil), calibrationQueries...), syntheticTexts(24, 1, 8, 99)...)
 	var samples []*qwen.Group
-	for i, q := range calibrationQueries {
-		g, err := b.Build("", q, docs[i*len(docs)/len(calibrationQueries):(i+1)*len(docs)/len(calibrationQueries)], scorer.TokenizeOptions{})
+	for i, q := range queries {
+		g, err := b.Build("", q, docs[i*len(docs)/len(queries):(i+1)*len(docs)/len(queries)], scorer.TokenizeOptions{})
 		if err != nil {
 			return fmt.Errorf("gen-model: %w", err)
 		}
 		samples = append(samples, &qwen.Group{Prefix: g.Prefix, Items: g.Items})
 	}
-	if err := qwen.Calibrate(cfg, ts, [2]int{int(yes), int(no)}, samples, 2.5); err != nil {
+	if err := qwen.Calibrate(cfg, ts, [2]int{int(yes), int(no)}, samples, 2); err != nil {
 		return fmt.Errorf("gen-model: %w", err)
 	}
 	if err := qwen.WriteCheckpoint(dir, cfg, ts, dtype); err != nil {

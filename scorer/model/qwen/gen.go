@@ -213,8 +213,9 @@ func (m MemSource) Tensor(name string) (safetensors.Tensor, error) {
 // logit(rows[0]) − logit(rows[1]) over the sample sequences has mean ≈ 0 and standard deviation
 // ≈ sigma (samples are prefix groups, as the engine runs them): scores then spread over (0, 1) instead of all sitting near 0 or 1. The difference is
 // linear in the final norm weight n: logit = n · (ĥ ⊙ (w₀ − w₁)) where ĥ is the normalised last
-// state, so n is taken along the direction of largest variance of ĥ ⊙ (w₀ − w₁), made orthogonal
-// to its mean, fitted on half the samples and scaled on the other half. The head rows and every
+// state, so n is taken along the direction of largest within-group variance of ĥ ⊙ (w₀ − w₁),
+// made orthogonal to every group's mean (each sample query then averages 0), fitted on half the
+// samples and scaled on the other half. The head rows and every
 // other weight are unchanged.
 func Calibrate(cfg *Config, ts []safetensors.WriteTensor, rows [2]int, samples []*Group, sigma float64) error {
 	src := NewMemSource(ts)
@@ -256,50 +257,75 @@ func Calibrate(cfg *Config, ts []safetensors.WriteTensor, rows [2]int, samples [
 	r0, r1 := make([]float32, H), make([]float32, H)
 	full.Head.Row(r0, 0)
 	full.Head.Row(r1, 1)
-	// u_i = ĥ_i ⊙ δ.
-	var us [][]float64
-	for _, h := range slices.Concat(outs...) {
-		if h == nil {
+	// u_i = ĥ_i ⊙ δ, centred on its group's mean: the score should vary with the document,
+	// not carry each query's offset.
+	type sample struct{ c []float64 } // centred u
+	var samplesU []sample
+	var means [][]float64 // one per group, plus the overall mean
+	all := make([]float64, H)
+	count := 0
+	for _, gout := range outs {
+		var us [][]float64
+		for _, h := range gout {
+			if h == nil {
+				continue
+			}
+			u := make([]float64, H)
+			for j := range u {
+				u[j] = float64(h[j]) * float64(r0[j]-r1[j])
+				all[j] += u[j]
+			}
+			us = append(us, u)
+			count++
+		}
+		if len(us) == 0 {
 			continue
 		}
-		u := make([]float64, H)
-		for j := range u {
-			u[j] = float64(h[j]) * float64(r0[j]-r1[j])
+		gm := make([]float64, H)
+		for _, u := range us {
+			for j, v := range u {
+				gm[j] += v / float64(len(us))
+			}
 		}
-		us = append(us, u)
-	}
-	if len(us) < 4 {
-		return fmt.Errorf("calibrate: need at least 4 non-empty sample items, got %d", len(us))
-	}
-	// The direction is fitted on every other sample and scaled on the rest: with few samples
-	// in many dimensions the fitted direction's in-sample spread overstates what unseen
-	// documents give.
-	var fit, held [][]float64
-	for i, u := range us {
-		if i%2 == 0 {
-			fit = append(fit, u)
-		} else {
-			held = append(held, u)
+		means = append(means, gm)
+		for _, u := range us {
+			c := make([]float64, H)
+			for j := range c {
+				c[j] = u[j] - gm[j]
+			}
+			samplesU = append(samplesU, sample{c})
 		}
 	}
-	mean := make([]float64, H)
-	for _, u := range us {
-		for j, v := range u {
-			mean[j] += v / float64(len(us))
-		}
+	if count < 4 {
+		return fmt.Errorf("calibrate: need at least 4 non-empty sample items, got %d", count)
 	}
-	// Power iteration on the covariance, with the mean direction projected out each step.
-	rng := rand.New(rand.NewPCG(1, 2))
-	v := make([]float64, H)
-	for j := range v {
-		v[j] = rng.NormFloat64()
+	for j := range all {
+		all[j] /= float64(count)
+	}
+	means = append(means, all)
+	// An orthonormal basis of the means: n is kept orthogonal to all of them, so that every
+	// sample query's mean logit is 0.
+	var basis [][]float64
+	for _, m := range means {
+		b := slices.Clone(m)
+		for _, q := range basis {
+			c := dot64(b, q)
+			for j := range b {
+				b[j] -= c * q[j]
+			}
+		}
+		if nb := math.Sqrt(dot64(b, b)); nb > 1e-9*math.Sqrt(dot64(m, m)) && nb > 0 {
+			for j := range b {
+				b[j] /= nb
+			}
+			basis = append(basis, b)
+		}
 	}
 	proj := func(v []float64) {
-		mm := dot64(mean, mean)
-		if mm > 0 {
-			c := dot64(v, mean) / mm
+		for _, q := range basis {
+			c := dot64(v, q)
 			for j := range v {
-				v[j] -= c * mean[j]
+				v[j] -= c * q[j]
 			}
 		}
 		n := math.Sqrt(dot64(v, v))
@@ -307,24 +333,38 @@ func Calibrate(cfg *Config, ts []safetensors.WriteTensor, rows [2]int, samples [
 			v[j] /= n
 		}
 	}
+	// The direction is fitted on every other sample and scaled on the rest: with few samples
+	// in many dimensions the fitted direction's in-sample spread overstates what unseen
+	// documents give.
+	var fit, held [][]float64
+	for i, u := range samplesU {
+		if i%2 == 0 {
+			fit = append(fit, u.c)
+		} else {
+			held = append(held, u.c)
+		}
+	}
+	// Power iteration on the within-group covariance, restricted to the complement of the means.
+	rng := rand.New(rand.NewPCG(1, 2))
+	v := make([]float64, H)
+	for j := range v {
+		v[j] = rng.NormFloat64()
+	}
 	proj(v)
 	for range 50 {
 		next := make([]float64, H)
-		for _, u := range fit {
-			c := 0.0
-			for j := range u {
-				c += (u[j] - mean[j]) * v[j]
-			}
-			for j := range u {
-				next[j] += c * (u[j] - mean[j])
+		for _, c := range fit {
+			d := dot64(c, v)
+			for j := range c {
+				next[j] += d * c[j]
 			}
 		}
 		v = next
 		proj(v)
 	}
 	var sd float64
-	for _, u := range held {
-		d := dot64(u, v) - dot64(mean, v)
+	for _, c := range held {
+		d := dot64(c, v)
 		sd += d * d
 	}
 	sd = math.Sqrt(sd / float64(len(held)))

@@ -176,3 +176,31 @@ func FuzzParseHeader(f *testing.F) {
 		}
 	})
 }
+
+func TestF32ToF16RoundTrip(t *testing.T) {
+	// Every finite half value survives f16 → f32 → f16, and f32 values round to nearest.
+	for h := 0; h < 1<<16; h++ {
+		if h&0x7c00 == 0x7c00 && h&0x3ff != 0 {
+			continue // NaN payloads
+		}
+		if got := F32ToF16(F16ToF32(uint16(h))); got != uint16(h) {
+			t.Fatalf("%#04x → %v → %#04x", h, F16ToF32(uint16(h)), got)
+		}
+	}
+	tests := []struct {
+		in   float32
+		want uint16
+	}{
+		{1 + 1.0/4096, 0x3c00},    // below half an ulp: down
+		{1 + 3.0/4096, 0x3c01},    // 0.75 ulp: up
+		{1e6, 0x7c00},             // overflow
+		{-1e-10, 0x8000},          // underflow to -0
+		{65504, 0x7bff},           // max
+		{1.0 / (1 << 24), 0x0001}, // smallest subnormal
+	}
+	for _, tt := range tests {
+		if got := F32ToF16(tt.in); got != tt.want {
+			t.Errorf("F32ToF16(%v) = %#04x, want %#04x", tt.in, got, tt.want)
+		}
+	}
+}

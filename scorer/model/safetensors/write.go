@@ -16,7 +16,7 @@ type WriteTensor struct {
 	Name  string
 	DType DType
 	Shape []int
-	// Exactly one of F32 (written as F32) and BF16 (written as BF16) is set.
+	// F32 holds the values of an F32 tensor; BF16 the raw bits of a BF16 or F16 tensor.
 	F32  []float32
 	BF16 []uint16
 }
@@ -41,7 +41,7 @@ func Write(w io.Writer, tensors []WriteTensor, metadata map[string]string) error
 		switch {
 		case t.DType == F32 && len(t.F32) == n:
 			size = int64(n) * 4
-		case t.DType == BF16 && len(t.BF16) == n:
+		case (t.DType == BF16 || t.DType == F16) && len(t.BF16) == n:
 			size = int64(n) * 2
 		default:
 			return fmt.Errorf("write safetensors: tensor %s: %s values do not match shape %v", t.Name, t.DType, t.Shape)
@@ -101,4 +101,38 @@ func WriteFile(path string, tensors []WriteTensor, metadata map[string]string) e
 		return err
 	}
 	return f.Close()
+}
+
+// F32ToF16 narrows f32 to IEEE half-precision bits, rounding to nearest even; values beyond the
+// half range become ±inf, tiny ones subnormal or zero.
+func F32ToF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int32(b>>23&0xff) - 127 + 15
+	mant := b & 0x7fffff
+	switch {
+	case b&0x7fffffff > 0x7f800000: // NaN
+		return sign | 0x7e00
+	case exp >= 0x1f: // inf or overflow
+		return sign | 0x7c00
+	case exp <= 0: // subnormal or zero
+		if exp < -10 {
+			return sign
+		}
+		mant |= 0x800000
+		shift := uint32(14 - exp)
+		h := mant >> shift
+		rem := mant & (1<<shift - 1)
+		half := uint32(1) << (shift - 1)
+		if rem > half || (rem == half && h&1 == 1) {
+			h++
+		}
+		return sign | uint16(h)
+	}
+	h := uint32(exp)<<10 | mant>>13
+	rem := mant & 0x1fff
+	if rem > 0x1000 || (rem == 0x1000 && h&1 == 1) {
+		h++ // may carry into the exponent, up to inf: still correct
+	}
+	return sign | uint16(h)
 }
