@@ -34,6 +34,7 @@ const (
 	reasonDeadline    = "deadline"
 	reasonForward     = "forward"
 	reasonTokenize    = "tokenize"
+	reasonPanic       = "panic"
 )
 
 func newMetrics(reg prometheus.Registerer, s *scheduler) (*metrics, error) {

@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,10 +125,14 @@ func New(cfg Config, load LoadFunc, opt Options) (*Node, error) {
 	}
 	n.m = m
 	n.sched.m = m
+	n.sched.log = n.log
 	for _, svc := range []string{"", scorerService} {
 		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
-	n.grpcSrv = grpc.NewServer(append(grpcutf8.ServerOptions(), grpc.MaxRecvMsgSize(cfg.maxRecvBytes()))...)
+	n.grpcSrv = grpc.NewServer(
+		grpc.ForceServerCodecV2(grpcutf8.Codec()),
+		grpc.ChainUnaryInterceptor(n.intercept),
+		grpc.MaxRecvMsgSize(cfg.maxRecvBytes()))
 	pb.RegisterScorerServer(n.grpcSrv, &service{n: n})
 	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
 	reflection.Register(n.grpcSrv)
@@ -411,13 +416,36 @@ type service struct {
 	n *Node
 }
 
-func (s *service) ScoreBatch(ctx context.Context, req *pb.ScoreBatchRequest) (resp *pb.ScoreBatchResponse, err error) {
-	n := s.n
+// intercept wraps every unary call: ScoreBatch's request metrics count every outcome, including
+// requests that grpcutf8 rejects for invalid UTF-8 before the handler runs; and a panic in a
+// handler (an engine's Tokenize or EstimateSeconds) becomes INTERNAL instead of killing the
+// process (grpc-go does not recover handler panics).
+func (n *Node) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 	start := time.Now()
+	called := false
 	defer func() {
+		if p := recover(); p != nil {
+			n.log.Error("panic in gRPC handler", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
+			n.m.errors.WithLabelValues(reasonPanic).Inc()
+			resp, err = nil, status.Errorf(codes.Internal, "internal error: %v", p)
+		}
+		if info.FullMethod != pb.Scorer_ScoreBatch_FullMethodName {
+			return
+		}
+		if !called && err != nil {
+			n.m.errors.WithLabelValues(reasonInvalid).Inc()
+		}
 		n.m.requests.WithLabelValues(status.Code(err).String()).Inc()
 		n.m.batchDuration.Observe(time.Since(start).Seconds())
 	}()
+	return grpcutf8.UnaryServerInterceptor(ctx, req, info, func(ctx context.Context, req any) (any, error) {
+		called = true
+		return handler(ctx, req)
+	})
+}
+
+func (s *service) ScoreBatch(ctx context.Context, req *pb.ScoreBatchRequest) (*pb.ScoreBatchResponse, error) {
+	n := s.n
 	p := n.engine.Load()
 	switch {
 	case n.isDraining.Load():
@@ -432,6 +460,12 @@ func (s *service) ScoreBatch(ctx context.Context, req *pb.ScoreBatchRequest) (re
 	if err := validate(req, &n.cfg); err != nil {
 		n.m.errors.WithLabelValues(reasonInvalid).Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	// Refuse before tokenizing when the queue is already full: under overload, tokenizing
+	// batches that will be turned away takes the cores from the forward pass.
+	if err := n.sched.admit(); err != nil {
+		n.m.errors.WithLabelValues(reasonOverloaded).Inc()
+		return nil, err
 	}
 	docs := make([]string, len(req.Items))
 	for i, it := range req.Items {

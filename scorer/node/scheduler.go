@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +54,7 @@ type scheduler struct {
 	maxBatchTokens int
 	maxQueue       int
 	m              *metrics
+	log            *slog.Logger // nil: panics are not logged
 	now            func() time.Time
 
 	mu           sync.Mutex
@@ -123,6 +127,20 @@ var (
 	errDraining  = status.Error(codes.Unavailable, "node is draining: not taking new batches")
 	msgQueueFull = "queue full: %d batches waiting (max_queue_batches)"
 )
+
+// admit is submit's refusals, checked before the caller spends work on tokenizing: UNAVAILABLE
+// while draining, RESOURCE_EXHAUSTED when the queue is full. submit checks again.
+func (s *scheduler) admit() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errDraining
+	}
+	if len(s.queue) >= s.maxQueue {
+		return status.Errorf(codes.ResourceExhausted, msgQueueFull, len(s.queue))
+	}
+	return nil
+}
 
 // submit queues g for the caller whose ctx is given. It estimates on the caller's goroutine.
 func (s *scheduler) submit(ctx context.Context, eng scorer.Engine, g *scorer.Group) (*job, error) {
@@ -251,7 +269,9 @@ func (s *scheduler) next(eng scorer.Engine) []*job {
 		}
 		s.mu.Lock()
 		var take, failed []*job
+		var groups []*scorer.Group
 		var failErr []error
+		var earliest time.Time // earliest deadline among take; zero: none has one
 		tokens := 0
 		now := s.now()
 		for len(s.queue) > 0 {
@@ -262,7 +282,7 @@ func (s *scheduler) next(eng scorer.Engine) []*job {
 				failed, failErr = append(failed, j), append(failErr, err)
 				continue
 			}
-			if dl, ok := j.ctx.Deadline(); ok && j.est > 0 && now.Add(time.Duration(j.est*float64(time.Second))).After(dl) {
+			if dl, ok := j.ctx.Deadline(); ok && j.est > 0 && now.Add(secondsDur(j.est)).After(dl) {
 				s.queue = s.queue[1:]
 				s.dequeuedLocked(j)
 				failed = append(failed, j)
@@ -273,16 +293,23 @@ func (s *scheduler) next(eng scorer.Engine) []*job {
 			if len(take) > 0 && tokens+j.tokens > s.maxBatchTokens {
 				break // FIFO: later jobs wait rather than overtake
 			}
+			// Merging lengthens the pass for every job already taken: stop before the merged
+			// pass would make one of them miss a deadline it could meet alone. (j itself gains:
+			// left out, it would wait for this whole pass and then run.)
+			if len(take) > 0 && !earliest.IsZero() &&
+				now.Add(secondsDur(eng.EstimateSeconds(append(groups, j.group)))).After(earliest) {
+				break
+			}
+			if dl, ok := j.ctx.Deadline(); ok && (earliest.IsZero() || dl.Before(earliest)) {
+				earliest = dl
+			}
 			take = append(take, j)
+			groups = append(groups, j.group)
 			tokens += j.tokens
 			s.queue = s.queue[1:]
 			s.dequeuedLocked(j)
 		}
 		if len(take) > 0 {
-			groups := make([]*scorer.Group, len(take))
-			for i, j := range take {
-				groups[i] = j.group
-			}
 			s.running = take
 			s.runStart = now
 			s.runEst = eng.EstimateSeconds(groups)
@@ -327,7 +354,7 @@ func (s *scheduler) runPass(eng scorer.Engine, jobs []*job) {
 		})
 	}
 	start := s.now()
-	st, err := eng.Forward(ctx, groups)
+	st, err := s.forward(ctx, eng, groups)
 	dur := s.now().Sub(start)
 	for _, stop := range stops {
 		stop()
@@ -383,4 +410,26 @@ func (s *scheduler) runPass(eng scorer.Engine, jobs []*job) {
 		}
 		j.done <- r
 	}
+}
+
+// forward runs eng.Forward, turning a panic into an error: the worker is the only goroutine
+// that runs passes, and an engine bug must fail this pass's callers, not kill the node.
+func (s *scheduler) forward(ctx context.Context, eng scorer.Engine, groups []*scorer.Group) (st scorer.ForwardStats, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if s.log != nil {
+				s.log.Error("engine panicked in Forward", "panic", p, "stack", string(debug.Stack()))
+			}
+			st, err = scorer.ForwardStats{}, fmt.Errorf("engine panicked: %v", p)
+		}
+	}()
+	return eng.Forward(ctx, groups)
+}
+
+// secondsDur converts an estimate in seconds to a Duration, saturating instead of overflowing.
+func secondsDur(sec float64) time.Duration {
+	if !(sec < float64(math.MaxInt64)/float64(time.Second)) {
+		return math.MaxInt64
+	}
+	return time.Duration(sec * float64(time.Second))
 }
