@@ -16,6 +16,7 @@ ROUNDS=${4:-3}
 WORKLOAD=${WORKLOAD:-configs/workloads/fixed.yaml}
 OUT=${OUT:-.cache/crosscheck}
 BENCH=${BENCH:-bin/bench}
+PAUSE=${PAUSE:-5}   # seconds between runs for leftovers to drain
 command -v wrk >/dev/null || { echo "wrk not installed (apt-get install wrk)"; exit 2; }
 mkdir -p "$OUT"
 
@@ -45,6 +46,9 @@ for r in $(seq 1 "$ROUNDS"); do
   p50=$(awk '$1=="50%" {print $2}' "$OUT/wrk-$r.txt" | to_ms)
   non2xx=$(awk '/Non-2xx/ {print $NF}' "$OUT/wrk-$r.txt"); non2xx=${non2xx:-0}
   echo -e "$rps\t$p50\t$non2xx" >> "$OUT/wrk.tsv"
+  # wrk drops its connections at the end with requests still in flight; a proxy keeps working
+  # on them, so let the cluster drain before the next tool starts (else it starts handicapped).
+  sleep "$PAUSE"
   "$BENCH" load --target "$TARGET" --workload "$WORKLOAD" --concurrency "$CONC" --duration "${SECS}s" \
     --nodes-url none --json > "$OUT/bench-$r.json"
   python3 - "$OUT/bench-$r.json" >> "$OUT/bench.tsv" <<'PY'
@@ -52,6 +56,7 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 print(f"{r['throughput_rps']}\t{r['p50_ms']}\t{r['errors']}")
 PY
+  sleep "$PAUSE"
   echo "round $r: wrk $(tail -1 "$OUT/wrk.tsv" | awk '{printf "%.1f req/s p50 %.2f ms non2xx %d", $1, $2, $3}')  |  bench $(tail -1 "$OUT/bench.tsv" | awk '{printf "%.1f req/s p50 %.2f ms errors %d", $1, $2, $3}')"
 done
 echo "load: $(uptime)"

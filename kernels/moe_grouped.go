@@ -1,8 +1,10 @@
 package kernels
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -430,6 +432,12 @@ func planItems(items []moeItem, counts []int, step, n, workers int) []moeItem {
 			}
 		}
 	}
+	// Biggest items first (exact rows vary from 1 to exactChunkRows): the queue then ends on
+	// small items and both workers finish nearly together. Stable, so an expert's chunks stay
+	// adjacent and run while its weights are warm.
+	slices.SortStableFunc(items, func(a, b moeItem) int {
+		return cmp.Compare((b.r1-b.r0)*(b.n1-b.n0), (a.r1-a.r0)*(a.n1-a.n0))
+	})
 	return items
 }
 

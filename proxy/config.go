@@ -88,7 +88,8 @@ type RetryConfig struct {
 	// BudgetRatio is the share of batches that may be retried or hedged over time (a token
 	// bucket filled by BudgetRatio per batch). Default 0.1.
 	BudgetRatio float64 `yaml:"budget_ratio" json:"budget_ratio"`
-	// BudgetBurst is the bucket size (retries available at once). Default 10.
+	// BudgetBurst is the bucket size (retries available at once): 0 (no retries) or ≥ 1.
+	// Default 10.
 	BudgetBurst float64 `yaml:"budget_burst" json:"budget_burst"`
 }
 
@@ -237,8 +238,9 @@ func (c *Config) Validate() error {
 	if !(c.Retry.BudgetRatio >= 0 && c.Retry.BudgetRatio <= 1) {
 		bad("retry.budget_ratio", "must be in [0, 1]", c.Retry.BudgetRatio)
 	}
-	if !(c.Retry.BudgetBurst >= 0) {
-		bad("retry.budget_burst", "must be ≥ 0", c.Retry.BudgetBurst)
+	if !(c.Retry.BudgetBurst == 0 || c.Retry.BudgetBurst >= 1) {
+		// Each retry takes a whole token: a bucket under one would silently disable retries.
+		bad("retry.budget_burst", "must be 0 (no retries) or ≥ 1", c.Retry.BudgetBurst)
 	}
 	if !(c.Hedge.Quantile > 0 && c.Hedge.Quantile < 1) {
 		bad("hedge.quantile", "must be in (0, 1)", c.Hedge.Quantile)

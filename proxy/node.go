@@ -99,9 +99,12 @@ func (n *node) scale(ref costmodel.Coeffs) float64 {
 
 // observe learns from a successful reply.
 func (n *node) observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
+	// A NaN or infinite load (a buggy node) is ignored: it would make this node's load compare
+	// false against everything (routing), or every projection NaN (admission rejects all).
 	if l := resp.GetLoad(); l != nil {
-		ext := l.GetQueuedCostSeconds() + l.GetRunningCostSeconds() - n.inflight.Load()
-		n.ext.Store(&extLoad{seconds: math.Max(0, ext), at: now})
+		if rep := l.GetQueuedCostSeconds() + l.GetRunningCostSeconds(); rep >= 0 && !math.IsInf(rep, 1) {
+			n.ext.Store(&extLoad{seconds: math.Max(0, rep-n.inflight.Load()), at: now})
+		}
 	}
 	st := resp.GetStats()
 	if st == nil || !(st.GetComputeSeconds() > 0) {

@@ -32,17 +32,18 @@ func (p *Proxy) eligible(exclude []*node) []*node {
 	return out
 }
 
-// fallback is what keeps breakers from removing every node: when no healthy node has a breaker
-// that is not open, it returns the healthy node (not in exclude) whose last failure is oldest —
-// the one most likely to have recovered. Otherwise it returns nothing.
+// fallback is what keeps breakers from removing every node: when no healthy node has a closed
+// breaker (each is open, or half-open with its probes possibly all out, so that none may take
+// the batch), it returns the healthy node (not in exclude) whose last failure is oldest — the
+// one most likely to have recovered. Otherwise (some breaker is closed) it returns nothing.
 func (p *Proxy) fallback(exclude []*node) []*node {
 	var best *node
 	for _, n := range p.snapshot() {
 		if !n.healthy.Load() {
 			continue
 		}
-		if n.breaker.State() != gobreaker.StateOpen {
-			return nil // some breaker still lets traffic through
+		if n.breaker.State() == gobreaker.StateClosed {
+			return nil // that breaker lets traffic through
 		}
 		if slices.Contains(exclude, n) {
 			continue
@@ -75,6 +76,19 @@ func newLease(n *node, done func(error), pl *batchPlan) *lease {
 	n.inflight.Add(l.predicted)
 	n.calls.Add(1)
 	return l
+}
+
+// release gives back a lease that will not be used: its charge, its call count and its
+// breaker permit (uncounted).
+func (l *lease) release() {
+	n := l.n
+	n.inflight.Add(-l.predicted)
+	if l.done != nil {
+		l.done(errExcluded)
+	}
+	if n.calls.Add(-1) == 0 && n.removed.Load() {
+		n.closeIdle()
+	}
 }
 
 // lease picks a node for a batch among the eligible ones not in exclude, takes a breaker permit

@@ -721,6 +721,9 @@ func TestConfigValidate(t *testing.T) {
 		{"partial", func(c *Config) { c.OnPartialFailure = "maybe" }, "proxy.on_partial_failure"},
 		{"budget", func(c *Config) { c.Retry.BudgetRatio = 2 }, "proxy.retry.budget_ratio: must be in [0, 1], got 2"},
 		{"hedge q", func(c *Config) { c.Hedge.Quantile = 1 }, "proxy.hedge.quantile"},
+		// A bucket smaller than one token never holds a whole retry: retries silently off.
+		{"burst below one", func(c *Config) { c.Retry.BudgetBurst = 0.5 }, "proxy.retry.budget_burst: must be 0 (no retries) or ≥ 1, got 0.5"},
+		{"burst zero", func(c *Config) { c.Retry.BudgetBurst = 0 }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

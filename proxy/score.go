@@ -126,13 +126,27 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 	for bi, pl := range plans {
 		leases[bi] = p.lease(nil, pl)
 	}
+	// In "fail" mode the first batch that fails for good decides the request: the others are
+	// cancelled at once (their calls return and count for no breaker) instead of holding the
+	// reply, and their nodes, until they finish or the deadline passes.
+	failFast := p.cfg.OnPartialFailure != PartialPartial && !req.GetOptions().GetAllowPartial()
+	bctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var failOnce sync.Once
+	var firstErr error // set once, before stop; read after wg.Wait
 	results := make([]batchResult, len(plans))
 	var wg sync.WaitGroup
 	for bi, pl := range plans {
-		wg.Go(func() { results[bi] = p.runBatch(ctx, pl, leases[bi]) })
+		wg.Go(func() {
+			r := p.runBatch(bctx, pl, leases[bi])
+			results[bi] = r
+			if r.err != nil && failFast {
+				failOnce.Do(func() { firstErr = r.err; stop() })
+			}
+		})
 	}
 	wg.Wait()
-	return p.merge(ctx, req, reqID, plans, results, start, planDur)
+	return p.merge(ctx, req, reqID, plans, results, firstErr, start, planDur)
 }
 
 // validate checks req; errors are INVALID_ARGUMENT naming the field.
@@ -252,11 +266,6 @@ func (p *Proxy) runBatch(ctx context.Context, pl *batchPlan, first *lease) batch
 			if time.Until(dl).Seconds() < meanCoeffs(p.eligible(tried)).Seconds(pl.feats) {
 				break // not enough time left for the work itself
 			}
-			if !p.budget.take() {
-				break
-			}
-			res.retries++
-			p.m.retries.Inc()
 		}
 		l := first
 		first = nil
@@ -268,6 +277,15 @@ func (p *Proxy) runBatch(ctx context.Context, pl *batchPlan, first *lease) batch
 				res.err = grpcError(codes.Unavailable, "batch %d: no healthy scorer node to take it", pl.index)
 			}
 			break
+		}
+		if attempt == 1 {
+			// The budget is spent only on a retry that really goes out.
+			if !p.budget.take() {
+				l.release()
+				break
+			}
+			res.retries++
+			p.m.retries.Inc()
 		}
 		tried = append(tried, l.n)
 		resp, hedged, err := p.attempt(ctx, pl, l, &tried)
@@ -284,8 +302,10 @@ func retryable(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
+	// Canceled with the caller still waiting is not the caller's doing (e.g. the node's
+	// connection closed as it left the membership): another node may take the batch.
 	switch status.Code(err) {
-	case codes.InvalidArgument, codes.Canceled, codes.OK:
+	case codes.InvalidArgument, codes.OK:
 		return false
 	}
 	return true
@@ -417,6 +437,11 @@ func checkReply(resp *relevancev1.ScoreBatchResponse, items int) error {
 		if s == nil || s.GetIndex() != uint32(j) {
 			return grpcError(codes.Internal, "reply scores[%d] has index %d", j, s.GetIndex())
 		}
+		// A NaN score cannot be ranked (it compares false) nor written as JSON; a node that
+		// produces one is broken, so the batch fails and is retried elsewhere.
+		if v := float64(s.GetScore()); math.IsNaN(v) || math.IsInf(v, 0) {
+			return grpcError(codes.Internal, "reply scores[%d] is %v", j, v)
+		}
 	}
 	return nil
 }
@@ -443,9 +468,10 @@ func classify(ctx context.Context, err error, el time.Duration, expected float64
 }
 
 // merge builds the reply in input order, or the request's error.
-func (p *Proxy) merge(ctx context.Context, req *relevancev1.ScoreRequest, reqID string, plans []*batchPlan, results []batchResult, start time.Time, planDur time.Duration) (*relevancev1.ScoreResponse, error) {
+// firstErr, when set, is the failure that cancelled the other batches (it, not their
+// cancellations, is the request's reason).
+func (p *Proxy) merge(ctx context.Context, req *relevancev1.ScoreRequest, reqID string, plans []*batchPlan, results []batchResult, firstErr error, start time.Time, planDur time.Duration) (*relevancev1.ScoreResponse, error) {
 	partial := p.cfg.OnPartialFailure == PartialPartial || req.GetOptions().GetAllowPartial()
-	var firstErr error
 	failed := 0
 	for _, r := range results {
 		if r.err != nil {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/relevance-scoring/relevance/scorer/prompt"
 	"github.com/relevance-scoring/relevance/tokenizer"
@@ -33,20 +34,47 @@ func NewTokenCounter(kind string) (*TokenCounter, error) {
 	if kind != TokensExact && kind != TokensEstimate {
 		return nil, fmt.Errorf("token counter: unknown kind %q", kind)
 	}
-	tok, err := tokenizer.Default()
+	if kind == TokensEstimate {
+		// No BPE at all: loading the shipped tokenizer would cost start-up time for nothing.
+		return &TokenCounter{head: estimateTemplate(prompt.HeadText), tail: estimateTemplate(prompt.TailText), plain: tokenizer.EstimateTokens}, nil
+	}
+	tok, err := loadTokenizer()
 	if err != nil {
 		return nil, fmt.Errorf("token counter: %w", err)
 	}
-	// The template's fixed parts are counted exactly either way: they hold control tokens that
-	// an estimator would get wrong, and they are counted once.
-	tc := &TokenCounter{head: len(tok.Encode(prompt.HeadText)), tail: len(tok.Encode(prompt.TailText))}
-	if kind == TokensExact {
-		tc.plain = func(s string) int { return len(tok.EncodePlain(s)) }
-		tc.exact = true
-	} else {
-		tc.plain = tokenizer.EstimateTokens
+	return &TokenCounter{
+		head:  len(tok.Encode(prompt.HeadText)),
+		tail:  len(tok.Encode(prompt.TailText)),
+		plain: func(s string) int { return len(tok.EncodePlain(s)) },
+		exact: true,
+	}, nil
+}
+
+// loadTokenizer loads the exact tokenizer (a variable so that tests can tell whether it ran).
+var loadTokenizer = tokenizer.Default
+
+// templateMarkers are the chat template's added tokens (one token each); the estimator alone
+// would read "<|im_start|>" as several punctuation and word tokens.
+var templateMarkers = []string{"<|im_start|>", "<|im_end|>", "<think>", "</think>"}
+
+// estimateTemplate estimates a template part: one token per marker, the text between them
+// estimated.
+func estimateTemplate(s string) int {
+	n := 0
+	for s != "" {
+		at, marker := -1, ""
+		for _, m := range templateMarkers {
+			if i := strings.Index(s, m); i >= 0 && (at < 0 || i < at) {
+				at, marker = i, m
+			}
+		}
+		if at < 0 {
+			return n + tokenizer.EstimateTokens(s)
+		}
+		n += tokenizer.EstimateTokens(s[:at]) + 1
+		s = s[at+len(marker):]
 	}
-	return tc, nil
+	return n
 }
 
 // Prefix is the shared prefix's tokens for (instruction, query); "" means the default

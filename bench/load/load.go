@@ -347,6 +347,7 @@ func (r *recorder) result(cfg Config, start, end time.Time, nodes []NodeSample) 
 	}
 	sort.Slice(r.samples, func(i, j int) bool { return r.samples[i].at < r.samples[j].at })
 	var good, items int64
+	var inWindow, goodInWindow, itemsInWindow int64 // closed loop: replies by the end of Duration
 	lastDone := cfg.Duration
 	windows := map[int]*window{}
 	for _, s := range r.samples {
@@ -374,6 +375,13 @@ func (r *recorder) result(cfg Config, start, end time.Time, nodes []NodeSample) 
 		if d := s.at + s.latency; d > lastDone {
 			lastDone = d
 		}
+		if s.at+s.latency <= cfg.Duration {
+			inWindow++
+			itemsInWindow += int64(s.items)
+			if s.latency <= cfg.SLO {
+				goodInWindow++
+			}
+		}
 		if len(res.Points) < maxPoints {
 			res.Points = append(res.Points, Point{T: s.at.Seconds(), Ms: ms(s.latency)})
 		}
@@ -382,11 +390,18 @@ func (r *recorder) result(cfg Config, start, end time.Time, nodes []NodeSample) 
 	// least the scheduled duration), so a backlog drained after the schedule ends lowers the
 	// throughput instead of vanishing.
 	elapsed := (lastDone - cfg.Warmup).Seconds()
+	okN, itemsN, goodN := res.OK, items, good
+	if cfg.Rate == 0 {
+		// Closed loop: the workers' last requests straddle the end; like wrk, count the replies
+		// that arrived within the window over the window, so the rate is not diluted by a tail.
+		elapsed = (cfg.Duration - cfg.Warmup).Seconds()
+		okN, itemsN, goodN = inWindow, itemsInWindow, goodInWindow
+	}
 	res.ElapsedSec = elapsed
 	if elapsed > 0 {
-		res.ThroughputRPS = float64(res.OK) / elapsed
-		res.ItemsPerSec = float64(items) / elapsed
-		res.GoodputRPS = float64(good) / elapsed
+		res.ThroughputRPS = float64(okN) / elapsed
+		res.ItemsPerSec = float64(itemsN) / elapsed
+		res.GoodputRPS = float64(goodN) / elapsed
 	}
 	if res.Requests > 0 {
 		res.GoodputRatio = float64(good) / float64(res.Requests)

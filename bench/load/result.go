@@ -24,7 +24,9 @@ type Result struct {
 	Concurrency int     `json:"concurrency,omitempty"`
 	DurationSec float64 `json:"duration_s"`
 	WarmupSec   float64 `json:"warmup_s"`
-	// ElapsedSec is the measurement window: end of warm-up to the last measured reply.
+	// ElapsedSec is the measurement window: end of warm-up to the last measured reply (open
+	// loop), or end of warm-up to the end of the duration (closed loop: like wrk, the rates
+	// count only replies that arrived within it).
 	ElapsedSec float64 `json:"elapsed_s"`
 	SLOms      float64 `json:"slo_ms"`
 	// Emulated is set by callers that know the nodes are emulated.

@@ -53,8 +53,14 @@ func runServe(args []string) error {
 		log.Info("signal received; draining", "drain_timeout", cfg.DrainTimeout)
 	case <-n.Loaded():
 		if runErr = n.LoadErr(); runErr == nil {
-			<-ctx.Done()
-			log.Info("signal received; draining", "drain_timeout", cfg.DrainTimeout)
+			select {
+			case <-ctx.Done():
+				log.Info("signal received; draining", "drain_timeout", cfg.DrainTimeout)
+			case <-n.Broken():
+				// The engine panicked: its state is suspect and the node serves nothing any
+				// more. Exit non-zero so that a supervisor restarts it.
+				runErr = fmt.Errorf("engine failed: %w", n.BrokenErr())
+			}
 		}
 	}
 	stop() // a second signal kills the process the default way

@@ -210,3 +210,23 @@ func BenchmarkCostSplit1000(b *testing.B) {
 		})
 	}
 }
+
+// TestNonFiniteInputs: a node that reports a NaN or infinite backlog (a buggy or overflowing
+// node) must not crash the splitter or lose items: every item still lands in exactly one batch.
+func TestNonFiniteInputs(t *testing.T) {
+	toks := heavyTailed(rand.New(rand.NewPCG(3, 4)), 200)
+	for _, tc := range []struct {
+		name  string
+		nodes []split.Node
+	}{
+		{"all NaN", []split.Node{{Backlog: math.NaN()}, {Backlog: math.NaN()}}},
+		{"all +Inf", []split.Node{{Backlog: math.Inf(1)}, {Backlog: math.Inf(1)}}},
+		{"one NaN", []split.Node{{Backlog: math.NaN()}, {Backlog: 0.01}}},
+		{"NaN scale", []split.Node{{Scale: math.NaN()}, {Scale: math.Inf(1)}}},
+	} {
+		for name, s := range map[string]split.Splitter{fixed.Type: fixed.New(), cost.Type: cost.New()} {
+			in := split.Input{PrefixTokens: 80, ItemTokens: toks, Coeffs: coeffs, Nodes: tc.nodes, MaxBatchItems: 16, TargetBatchSeconds: 0.005}
+			checkCover(t, tc.name+"/"+name, len(toks), 16, s.Split(in))
+		}
+	}
+}

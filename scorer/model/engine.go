@@ -6,7 +6,8 @@
 // The architecture code is in scorer/model/qwen, the checkpoint reader in
 // scorer/model/safetensors, the prompt in scorer/prompt. An Engine implements scorer.Engine:
 // Tokenize is safe for concurrent use; Forward must be called from one goroutine at a time (it
-// uses every core through the kernels, and it owns the prefix KV cache).
+// uses every core through the kernels); EstimateSeconds and PrefixCacheStats are safe for
+// concurrent use, also while Forward runs.
 package model
 
 import (
@@ -21,11 +22,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/relevance-scoring/relevance/internal/costmodel"
 	"github.com/relevance-scoring/relevance/kernels"
 	"github.com/relevance-scoring/relevance/scorer"
 	"github.com/relevance-scoring/relevance/scorer/model/qwen"
 	"github.com/relevance-scoring/relevance/scorer/model/safetensors"
+	"github.com/relevance-scoring/relevance/scorer/prefixcache"
 	"github.com/relevance-scoring/relevance/scorer/prompt"
 	"github.com/relevance-scoring/relevance/tokenizer"
 )
@@ -47,6 +51,9 @@ type Options struct {
 	// PrefixCacheBytes is the memory budget of the cross-request prefix KV cache, in bytes;
 	// 0 disables the cache.
 	PrefixCacheBytes int64
+	// Registerer receives the prefix cache's metrics (relevance_scorer_prefix_cache_*); nil
+	// registers none.
+	Registerer prometheus.Registerer
 	// Cost overrides the EstimateSeconds coefficients; zero means the built-in estimate from
 	// the model's shape (see EstimateSeconds).
 	Cost costmodel.Coeffs
@@ -62,7 +69,11 @@ type Engine struct {
 	builder *prompt.Builder
 	info    scorer.Info
 	cost    costmodel.Coeffs
-	cache   *kvCache // nil when disabled
+	// cache holds finished prefix KV (*qwen.PrefixKV) across passes; nil when disabled.
+	cache *prefixcache.Cache
+	// identity names the weights in cache keys: the model name and a fingerprint of config.json
+	// and the checkpoint (see modelIdentity).
+	identity string
 }
 
 var _ scorer.Engine = (*Engine)(nil)
@@ -153,7 +164,17 @@ func Load(dir string, opt Options) (*Engine, error) {
 		e.cost = shapeCost(cfg, kernels.Threads())
 	}
 	if opt.PrefixCacheBytes > 0 {
-		e.cache = newKVCache(opt.PrefixCacheBytes)
+		id, err := modelIdentity(dir, name, ck)
+		if err != nil {
+			ck.Close()
+			return nil, fmt.Errorf("load model: %w", err)
+		}
+		c, err := prefixcache.New(prefixcache.Options{BudgetBytes: opt.PrefixCacheBytes, Registerer: opt.Registerer})
+		if err != nil {
+			ck.Close()
+			return nil, fmt.Errorf("load model: %w", err)
+		}
+		e.cache, e.identity = c, id
 	}
 	return e, nil
 }
@@ -172,11 +193,9 @@ func (e *Engine) Tokenize(instruction, query string, docs []string, opt scorer.T
 // Forward scores every item of every group in one packed pass: each distinct prefix is computed
 // once (or taken from the prefix cache), every item runs against its prefix's KV. Logits[i] is
 // logit("yes") − logit("no"); items marked TooLong (or with no tokens) get 0 and are not scored.
-func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.ForwardStats, error) {
+func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (stats scorer.ForwardStats, err error) {
 	start := time.Now()
 	qg := make([]*qwen.Group, len(groups))
-	keys := make([]string, len(groups))
-	var stats scorer.ForwardStats
 	for i, g := range groups {
 		if len(g.TooLong) != 0 && len(g.TooLong) != len(g.Items) {
 			return stats, fmt.Errorf("forward: group %d: %d TooLong flags for %d items", i, len(g.TooLong), len(g.Items))
@@ -187,18 +206,52 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 				items[j] = it
 			}
 		}
-		q := &qwen.Group{Prefix: g.Prefix, Items: items}
+		qg[i] = &qwen.Group{Prefix: g.Prefix, Items: items}
 		g.PrefixCached = false
-		if e.cache != nil && len(g.Prefix) > 0 {
-			keys[i] = tokensKey(g.Prefix)
-			if kv := e.cache.get(keys[i]); kv != nil {
-				q.Cached = kv
+	}
+	// The pass is one cache epoch: a prefix it computes is reserved now, filled and published
+	// only if the whole pass succeeds, and dropped on any error or cancellation.
+	var res []*prefixcache.Reservation
+	if e.cache != nil {
+		ep := e.cache.Begin()
+		defer func() {
+			if err != nil {
+				ep.Abort()
+				return
+			}
+			for i, r := range res {
+				if r != nil && qg[i].KV != nil {
+					r.Fill(qg[i].KV, qg[i].KV.Bytes())
+				}
+			}
+			ep.Commit()
+		}()
+		res = make([]*prefixcache.Reservation, len(groups))
+		reserved := map[*prefixcache.Reservation]bool{}
+		for i, g := range groups {
+			if len(g.Prefix) == 0 {
+				continue
+			}
+			l, err := ep.Acquire(prefixcache.KeyOf(e.identity, g.Prefix))
+			if err != nil {
+				return stats, fmt.Errorf("forward: %w", err)
+			}
+			switch {
+			case l.Hit:
+				kv, ok := l.Value.(*qwen.PrefixKV)
+				if !ok || kv.Len != len(g.Prefix) {
+					return stats, fmt.Errorf("forward: group %d: prefix cache holds %T, not this prefix's KV", i, l.Value)
+				}
+				qg[i].Cached = kv
 				g.PrefixCached = true
-			} else {
-				q.KeepKV = true
+			case l.Res != nil && !reserved[l.Res]:
+				// The first group with this prefix computes and keeps its KV; later groups of
+				// the same pass share it inside qwen.Forward.
+				reserved[l.Res] = true
+				res[i] = l.Res
+				qg[i].KeepKV = true
 			}
 		}
-		qg[i] = q
 	}
 	var st qwen.Stats
 	out, err := e.model.Forward(ctx, qg, &st)
@@ -214,10 +267,6 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 			if l := out[i]; l != nil && l[j] != nil {
 				g.Logits[j] = l[j][0] - l[j][1]
 			}
-		}
-		// Only a successful pass publishes its prefixes to other requests.
-		if e.cache != nil && qg[i].KV != nil {
-			e.cache.put(keys[i], qg[i].KV)
 		}
 	}
 	stats.Duration = time.Since(start)
@@ -242,6 +291,7 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 // reporting, to be replaced by `bench calibrate`.
 func (e *Engine) EstimateSeconds(groups []*scorer.Group) float64 {
 	var f costmodel.Features
+	seen := make(map[prefixcache.Key]bool, len(groups))
 	for _, g := range groups {
 		items := make([]int, 0, len(g.Items))
 		for j, it := range g.Items {
@@ -249,7 +299,14 @@ func (e *Engine) EstimateSeconds(groups []*scorer.Group) float64 {
 				items = append(items, len(it))
 			}
 		}
-		cached := e.cache != nil && e.cache.has(tokensKey(g.Prefix))
+		// A prefix is not computed again when it is published in the cache or repeats an
+		// earlier group of the same pass.
+		cached := false
+		if len(g.Prefix) > 0 {
+			k := prefixcache.KeyOf(e.identity, g.Prefix)
+			cached = seen[k] || (e.cache != nil && e.cache.Contains(k))
+			seen[k] = true
+		}
 		f = f.Add(costmodel.BatchFeatures(len(g.Prefix), items, cached))
 	}
 	return e.cost.Seconds(f)
@@ -344,10 +401,26 @@ func loadTokenizer(dir string) (*tokenizer.Tokenizer, error) {
 	return tokenizer.Load(b)
 }
 
-func tokensKey(ids []int32) string {
-	b := make([]byte, 4*len(ids))
-	for i, v := range ids {
-		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+// PrefixCacheStats reports the cross-request prefix cache's counters (the node's /v1/status);
+// ok is false when the cache is disabled. Safe for concurrent use.
+func (e *Engine) PrefixCacheStats() (prefixcache.Stats, bool) {
+	if e.cache == nil {
+		return prefixcache.Stats{}, false
 	}
-	return string(b)
+	return e.cache.Stats(), true
+}
+
+// modelIdentity is the model part of prefix cache keys: the name plus a hash of config.json and
+// the checkpoint's fingerprint (file sizes, headers, sampled weight bytes), so KV never outlives
+// the weights that made it even when a folder is overwritten with new weights of the same shape.
+func modelIdentity(dir, name string, ck *safetensors.Checkpoint) (string, error) {
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return "", fmt.Errorf("model identity: %w", err)
+	}
+	h := sha256.New()
+	h.Write(cfg)
+	fp := ck.Fingerprint()
+	h.Write(fp[:])
+	return fmt.Sprintf("%s@%x", name, h.Sum(nil)[:16]), nil
 }

@@ -2,7 +2,6 @@ package model
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -143,60 +142,6 @@ func TestSharedPrefixEqualsOnePairAtATime(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestPrefixCache(t *testing.T) {
-	e := load(t, generated(t, GenSpec{Arch: "qwen3_moe", Preset: "tiny", Seed: 1}), Options{PrefixCacheBytes: 64 << 20})
-	run := func() *scorer.Group {
-		g, err := e.Tokenize("", "cheap espresso at home", testDocs[:4], scorer.TokenizeOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.Forward(context.Background(), []*scorer.Group{g}); err != nil {
-			t.Fatal(err)
-		}
-		return g
-	}
-	// A cancelled pass must not publish its prefix.
-	g0, _ := e.Tokenize("", "cheap espresso at home", testDocs[:4], scorer.TokenizeOptions{})
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := e.Forward(ctx, []*scorer.Group{g0}); !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled forward: err = %v", err)
-	}
-	if n, _ := e.cache.stats(); n != 0 {
-		t.Fatalf("cancelled pass left %d cache entries", n)
-	}
-	first := run()
-	if first.PrefixCached {
-		t.Fatal("first pass reported a cached prefix")
-	}
-	g2, _ := e.Tokenize("", "cheap espresso at home", testDocs[:4], scorer.TokenizeOptions{})
-	st, err := e.Forward(context.Background(), []*scorer.Group{g2})
-	if err != nil || st.PrefixReused != len(g2.Prefix) || st.PrefixTokens != 0 || st.ItemTokens != g2.ItemTokens() {
-		t.Fatalf("cached pass stats %+v, %v", st, err)
-	}
-	second := run()
-	if !second.PrefixCached {
-		t.Fatal("second pass did not use the cache")
-	}
-	if info := e.Info(); info.MoEPolicy != "threshold" || info.Kernels == "" {
-		t.Errorf("info %+v", info)
-	}
-	for i := range first.Logits {
-		if math.Abs(float64(first.Logits[i]-second.Logits[i])) > 1e-5 {
-			t.Errorf("item %d: %v uncached, %v cached", i, first.Logits[i], second.Logits[i])
-		}
-	}
-	// Budget: a cache too small for one prefix holds nothing.
-	small := load(t, generated(t, GenSpec{Arch: "qwen3", Preset: "tiny", Seed: 1}), Options{PrefixCacheBytes: 1000})
-	g, _ := small.Tokenize("", "q", testDocs[:1], scorer.TokenizeOptions{})
-	if _, err := small.Forward(context.Background(), []*scorer.Group{g}); err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := small.cache.stats(); n != 0 {
-		t.Errorf("over-budget prefix cached")
 	}
 }
 

@@ -47,7 +47,8 @@ type Config struct {
 	// MaxBatchTokens is the token budget of one merged forward pass: queued batches are merged
 	// while the total stays within it (a single larger batch still runs alone); must be > 0.
 	MaxBatchTokens int `yaml:"max_batch_tokens"`
-	// MaxQueueBatches is how many batches may wait; beyond it calls get RESOURCE_EXHAUSTED; > 0.
+	// MaxQueueBatches is how many batches may wait (queued, or accepted and still tokenizing);
+	// beyond it calls get RESOURCE_EXHAUSTED before any work is spent on them; > 0.
 	MaxQueueBatches int `yaml:"max_queue_batches"`
 	// MoEPolicy is the MoE kernel policy (threshold, auto, fixed:<blockM>); "" means threshold.
 	MoEPolicy string `yaml:"moe_policy"`

@@ -6,7 +6,14 @@
 // The engine loads in the background after the node listens, so health answers (NOT_SERVING)
 // while a model loads. Shutdown drains: readiness and health go false at once, new batches get
 // UNAVAILABLE, queued and running work finishes (bounded by Config.DrainTimeout), then the
-// servers stop.
+// servers stop. A call accepted before the drain began (still tokenizing) counts as in-flight
+// work and finishes.
+//
+// An engine panic never kills the process: in a call's tokenizing it fails that call with
+// INTERNAL; in a forward pass it fails the pass with INTERNAL and takes the node out of service
+// for good (queued and later calls UNAVAILABLE, /healthz and /readyz 503, health NOT_SERVING,
+// Broken closed), because the engine's state, its prefix cache above all, can no longer be
+// trusted.
 //
 // A Node is safe for concurrent use. Create it with New, then Start; Shutdown once.
 package node
@@ -16,7 +23,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/relevance-scoring/relevance/internal/grpcutf8"
 	"log/slog"
 	"math"
 	"net"
@@ -37,6 +43,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/relevance-scoring/relevance/internal/grpcutf8"
 	pb "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/scorer"
 	"github.com/relevance-scoring/relevance/scorer/prefixcache"
@@ -85,6 +92,8 @@ type Node struct {
 
 	engine     atomic.Pointer[scorer.Engine] // read on the hot path without n.mu
 	isDraining atomic.Bool
+	brokenErr  atomic.Pointer[error] // set when the engine panicked: out of service for good
+	broken     chan struct{}         // closed when brokenErr is set
 	loaded     chan struct{}
 	loadCancel context.CancelFunc
 	serveWG    sync.WaitGroup
@@ -111,6 +120,7 @@ func New(cfg Config, load LoadFunc, opt Options) (*Node, error) {
 		sched:     newScheduler(cfg.MaxBatchTokens, cfg.MaxQueueBatches),
 		health:    health.NewServer(),
 		loaded:    make(chan struct{}),
+		broken:    make(chan struct{}),
 		stopGrace: 2 * time.Second,
 	}
 	if n.log == nil {
@@ -126,6 +136,7 @@ func New(cfg Config, load LoadFunc, opt Options) (*Node, error) {
 	n.m = m
 	n.sched.m = m
 	n.sched.log = n.log
+	n.sched.onBroken = n.engineBroken
 	for _, svc := range []string{"", scorerService} {
 		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
@@ -140,6 +151,11 @@ func New(cfg Config, load LoadFunc, opt Options) (*Node, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if p := n.brokenErr.Load(); p != nil { // a liveness probe should restart the process
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "engine failed:", *p)
+			return
+		}
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", n.handleReady)
@@ -250,9 +266,39 @@ func (n *Node) LoadErr() error {
 	return n.loadErr
 }
 
-// Ready reports whether the node takes batches: engine loaded and not draining.
+// Ready reports whether the node takes batches: engine loaded and not draining or broken.
 func (n *Node) Ready() bool {
-	return n.engine.Load() != nil && !n.isDraining.Load()
+	return n.engine.Load() != nil && !n.isDraining.Load() && n.brokenErr.Load() == nil
+}
+
+// Broken is closed when the engine has failed (panicked in a forward pass) and the node is out
+// of service for good; BrokenErr says why. A supervisor should shut the node down and restart it.
+func (n *Node) Broken() <-chan struct{} { return n.broken }
+
+// BrokenErr is the engine's failure once Broken is closed, else nil.
+func (n *Node) BrokenErr() error {
+	if p := n.brokenErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// engineBroken takes the node out of service for good after the engine panicked in a forward
+// pass (the scheduler has failed that pass's and the queued batches): readiness, liveness and
+// health all turn false so that the node is routed around and restarted.
+func (n *Node) engineBroken(err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.brokenErr.Load() != nil {
+		return
+	}
+	n.brokenErr.Store(&err)
+	close(n.broken)
+	n.m.ready.Set(0)
+	for _, svc := range []string{"", scorerService} {
+		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	n.log.Error("engine failed: node out of service; restart it", "node_id", n.nodeID, "err", err)
 }
 
 // Drain stops taking new batches (readiness false, health NOT_SERVING, ScoreBatch UNAVAILABLE)
@@ -322,9 +368,12 @@ func (n *Node) Shutdown(ctx context.Context) error {
 
 func (n *Node) handleReady(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	switch {
+	switch p := n.brokenErr.Load(); {
 	case n.Ready():
 		fmt.Fprintln(w, "ready")
+	case p != nil:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "engine failed:", *p)
 	case n.isDraining.Load():
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintln(w, "draining")
@@ -351,6 +400,7 @@ type Status struct {
 	Engine             string             `json:"engine"` // "EMULATED" or "real"
 	Loaded             bool               `json:"loaded"`
 	LoadError          string             `json:"load_error,omitempty"`
+	EngineError        string             `json:"engine_error,omitempty"` // the engine panicked: out of service
 	Ready              bool               `json:"ready"`
 	Draining           bool               `json:"draining"`
 	InflightBatches    int                `json:"inflight_batches"`
@@ -382,6 +432,9 @@ func (n *Node) Status() Status {
 	}
 	if err := n.LoadErr(); err != nil {
 		s.LoadError = err.Error()
+	}
+	if p := n.brokenErr.Load(); p != nil {
+		s.EngineError = (*p).Error()
 	}
 	if p := n.engine.Load(); p != nil {
 		eng := *p
@@ -463,10 +516,21 @@ func (s *service) ScoreBatch(ctx context.Context, req *pb.ScoreBatchRequest) (*p
 	}
 	// Refuse before tokenizing when the queue is already full: under overload, tokenizing
 	// batches that will be turned away takes the cores from the forward pass.
+	if err := ctx.Err(); err != nil { // the caller has gone: not even tokenizing for it
+		n.m.errors.WithLabelValues(errorReason(status.FromContextError(err).Err())).Inc()
+		return nil, status.FromContextError(err).Err()
+	}
+	// An admitted call is in-flight work that a drain waits for; it ends with submit or release.
 	if err := n.sched.admit(); err != nil {
-		n.m.errors.WithLabelValues(reasonOverloaded).Inc()
+		n.m.errors.WithLabelValues(admitReason(err)).Inc()
 		return nil, err
 	}
+	submitted := false
+	defer func() {
+		if !submitted {
+			n.sched.release()
+		}
+	}()
 	docs := make([]string, len(req.Items))
 	for i, it := range req.Items {
 		docs[i] = it.Text
@@ -498,13 +562,10 @@ func (s *service) ScoreBatch(ctx context.Context, req *pb.ScoreBatchRequest) (*p
 		}
 	}
 	if scorable > 0 {
+		submitted = true
 		j, err := n.sched.submit(ctx, eng, g)
 		if err != nil {
-			reason := reasonUnavailable
-			if status.Code(err) == codes.ResourceExhausted {
-				reason = reasonOverloaded
-			}
-			n.m.errors.WithLabelValues(reason).Inc()
+			n.m.errors.WithLabelValues(admitReason(err)).Inc()
 			return nil, err
 		}
 		select {
@@ -524,6 +585,13 @@ func (s *service) ScoreBatch(ctx context.Context, req *pb.ScoreBatchRequest) (*p
 		}
 	}
 	return n.reply(req, g, r, info), nil
+}
+
+func admitReason(err error) string {
+	if status.Code(err) == codes.ResourceExhausted {
+		return reasonOverloaded
+	}
+	return reasonUnavailable
 }
 
 func errorReason(err error) string {

@@ -460,6 +460,9 @@ func TestQueuedJobWithDoneCtxDropped(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	g, _ := f.Tokenize("", "q", []string{"d"}, scorer.TokenizeOptions{})
+	if err := s.admit(); err != nil {
+		t.Fatal(err)
+	}
 	j, err := s.submit(ctx, f, g)
 	if err != nil {
 		t.Fatal(err)

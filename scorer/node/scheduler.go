@@ -62,12 +62,17 @@ type scheduler struct {
 	queue        []*job
 	queuedCost   float64
 	queuedTokens int
-	closed       bool // draining: no new jobs
-	running      []*job
-	runStart     time.Time
-	runEst       float64
-	tokPerSec    float64       // EWMA of computed tokens per second of forward time
-	changed      chan struct{} // closed and replaced on every state change (broadcast)
+	closed       bool  // draining: no new admissions (admitted calls may still submit)
+	stopped      bool  // worker stopped: nothing may be queued any more
+	admitted     int   // calls admitted (tokenizing) that have not submitted or released yet
+	broken       error // set when the engine panicked: no pass runs again
+
+	onBroken  func(error) // called once, without s.mu, when the engine breaks; may be nil
+	running   []*job
+	runStart  time.Time
+	runEst    float64
+	tokPerSec float64       // EWMA of computed tokens per second of forward time
+	changed   chan struct{} // closed and replaced on every state change (broadcast)
 
 	wake       chan struct{} // cap 1: work may be available
 	stopCh     chan struct{}
@@ -128,21 +133,36 @@ var (
 	msgQueueFull = "queue full: %d batches waiting (max_queue_batches)"
 )
 
-// admit is submit's refusals, checked before the caller spends work on tokenizing: UNAVAILABLE
-// while draining, RESOURCE_EXHAUSTED when the queue is full. submit checks again.
+// admit lets a call in before it spends work on tokenizing: UNAVAILABLE while draining,
+// RESOURCE_EXHAUSTED when the queue (counting admitted calls still tokenizing) is full. An
+// admitted call is in-flight work: a drain waits for it, and it may still submit after the drain
+// began. It must end with exactly one submit or release.
 func (s *scheduler) admit() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.broken != nil {
+		return brokenStatus(s.broken)
+	}
 	if s.closed {
 		return errDraining
 	}
-	if len(s.queue) >= s.maxQueue {
-		return status.Errorf(codes.ResourceExhausted, msgQueueFull, len(s.queue))
+	if n := len(s.queue) + s.admitted; n >= s.maxQueue {
+		return status.Errorf(codes.ResourceExhausted, msgQueueFull, n)
 	}
+	s.admitted++
 	return nil
 }
 
-// submit queues g for the caller whose ctx is given. It estimates on the caller's goroutine.
+// release ends an admission that will not submit (bad input, nothing to score).
+func (s *scheduler) release() {
+	s.mu.Lock()
+	s.admitted--
+	s.broadcastLocked()
+	s.mu.Unlock()
+}
+
+// submit queues g for an admitted caller whose ctx is given, ending its admission. It
+// estimates on the caller's goroutine.
 func (s *scheduler) submit(ctx context.Context, eng scorer.Engine, g *scorer.Group) (*job, error) {
 	j := &job{
 		ctx:    ctx,
@@ -152,14 +172,15 @@ func (s *scheduler) submit(ctx context.Context, eng scorer.Engine, g *scorer.Gro
 		done:   make(chan passResult, 1),
 	}
 	s.mu.Lock()
-	if s.closed {
+	s.admitted--
+	if s.stopped || s.broken != nil {
+		err := status.Error(codes.Unavailable, "node stopped before the batch ran")
+		if s.broken != nil {
+			err = brokenStatus(s.broken)
+		}
+		s.broadcastLocked()
 		s.mu.Unlock()
-		return nil, errDraining
-	}
-	if len(s.queue) >= s.maxQueue {
-		n := len(s.queue)
-		s.mu.Unlock()
-		return nil, status.Errorf(codes.ResourceExhausted, msgQueueFull, n)
+		return nil, err
 	}
 	j.enqueued = s.now()
 	s.queue = append(s.queue, j)
@@ -180,12 +201,23 @@ func (s *scheduler) remove(j *job) {
 	defer s.mu.Unlock()
 	for i, q := range s.queue {
 		if q == j {
-			s.queue = append(s.queue[:i], s.queue[i+1:]...)
+			last := len(s.queue) - 1
+			copy(s.queue[i:], s.queue[i+1:])
+			s.queue[last] = nil // the backing array must not keep a finished job's tokens alive
+			s.queue = s.queue[:last]
 			s.dequeuedLocked(j)
 			s.broadcastLocked()
 			return
 		}
 	}
+}
+
+// popLocked removes the queue's head; s.mu must be held.
+func (s *scheduler) popLocked() {
+	j := s.queue[0]
+	s.queue[0] = nil // the backing array must not keep a finished job's tokens alive
+	s.queue = s.queue[1:]
+	s.dequeuedLocked(j)
 }
 
 // dequeuedLocked updates the queue totals after j left the queue; s.mu must be held.
@@ -205,11 +237,11 @@ func (s *scheduler) close() {
 	s.mu.Unlock()
 }
 
-// waitIdle waits until nothing is queued or running, or ctx is done.
+// waitIdle waits until nothing is admitted, queued or running, or ctx is done.
 func (s *scheduler) waitIdle(ctx context.Context) error {
 	for {
 		s.mu.Lock()
-		idle := len(s.queue) == 0 && len(s.running) == 0
+		idle := len(s.queue) == 0 && len(s.running) == 0 && s.admitted == 0
 		ch := s.changed
 		s.mu.Unlock()
 		if idle {
@@ -227,7 +259,7 @@ func (s *scheduler) waitIdle(ctx context.Context) error {
 func (s *scheduler) stop() {
 	s.stopOnce.Do(func() {
 		s.mu.Lock()
-		s.closed = true
+		s.closed, s.stopped = true, true
 		started := s.eng != nil
 		s.mu.Unlock()
 		close(s.stopCh)
@@ -254,8 +286,34 @@ func (s *scheduler) run(eng scorer.Engine) {
 		if jobs == nil {
 			return
 		}
-		s.runPass(eng, jobs)
+		if s.runPass(eng, jobs) {
+			s.breakDown()
+			return
+		}
 	}
+}
+
+// breakDown takes the node out of service after the engine panicked: the engine's state (its
+// prefix cache above all) can no longer be trusted, so no pass runs again. Queued jobs fail
+// with UNAVAILABLE (the proxy retries them elsewhere) and onBroken reports it.
+func (s *scheduler) breakDown() {
+	s.mu.Lock()
+	err := s.broken
+	left := s.queue
+	s.queue = nil
+	s.queuedCost, s.queuedTokens = 0, 0
+	s.broadcastLocked()
+	s.mu.Unlock()
+	for _, j := range left {
+		j.done <- passResult{err: brokenStatus(err)}
+	}
+	if s.onBroken != nil {
+		s.onBroken(err)
+	}
+}
+
+func brokenStatus(err error) error {
+	return status.Errorf(codes.Unavailable, "node out of service: %v", err)
 }
 
 // next blocks until jobs can run and takes them: FIFO, dropping jobs whose caller has gone or
@@ -277,14 +335,12 @@ func (s *scheduler) next(eng scorer.Engine) []*job {
 		for len(s.queue) > 0 {
 			j := s.queue[0]
 			if err := j.ctx.Err(); err != nil {
-				s.queue = s.queue[1:]
-				s.dequeuedLocked(j)
+				s.popLocked()
 				failed, failErr = append(failed, j), append(failErr, err)
 				continue
 			}
 			if dl, ok := j.ctx.Deadline(); ok && j.est > 0 && now.Add(secondsDur(j.est)).After(dl) {
-				s.queue = s.queue[1:]
-				s.dequeuedLocked(j)
+				s.popLocked()
 				failed = append(failed, j)
 				failErr = append(failErr, status.Errorf(codes.DeadlineExceeded,
 					"batch cannot finish before its deadline: estimated %.3fs of compute, %.3fs left", j.est, dl.Sub(now).Seconds()))
@@ -306,8 +362,7 @@ func (s *scheduler) next(eng scorer.Engine) []*job {
 			take = append(take, j)
 			groups = append(groups, j.group)
 			tokens += j.tokens
-			s.queue = s.queue[1:]
-			s.dequeuedLocked(j)
+			s.popLocked()
 		}
 		if len(take) > 0 {
 			s.running = take
@@ -336,8 +391,9 @@ func (s *scheduler) next(eng scorer.Engine) []*job {
 	}
 }
 
-// runPass runs one forward pass over jobs and replies to each.
-func (s *scheduler) runPass(eng scorer.Engine, jobs []*job) {
+// runPass runs one forward pass over jobs and replies to each. It reports whether the engine
+// panicked (s.broken is then set).
+func (s *scheduler) runPass(eng scorer.Engine, jobs []*job) (panicked bool) {
 	ctx, cancel := context.WithCancel(s.baseCtx)
 	defer cancel()
 	// Cancel the pass once every caller in it has gone: no work for nobody.
@@ -355,6 +411,8 @@ func (s *scheduler) runPass(eng scorer.Engine, jobs []*job) {
 	}
 	start := s.now()
 	st, err := s.forward(ctx, eng, groups)
+	var pe *enginePanic
+	panicked = errors.As(err, &pe)
 	dur := s.now().Sub(start)
 	for _, stop := range stops {
 		stop()
@@ -377,6 +435,9 @@ func (s *scheduler) runPass(eng scorer.Engine, jobs []*job) {
 
 	s.mu.Lock()
 	s.running = nil
+	if panicked {
+		s.broken = err
+	}
 	if err == nil && dur > 0 {
 		const alpha = 0.3
 		tps := float64(computed) / dur.Seconds()
@@ -410,6 +471,7 @@ func (s *scheduler) runPass(eng scorer.Engine, jobs []*job) {
 		}
 		j.done <- r
 	}
+	return panicked
 }
 
 // forward runs eng.Forward, turning a panic into an error: the worker is the only goroutine
@@ -420,11 +482,16 @@ func (s *scheduler) forward(ctx context.Context, eng scorer.Engine, groups []*sc
 			if s.log != nil {
 				s.log.Error("engine panicked in Forward", "panic", p, "stack", string(debug.Stack()))
 			}
-			st, err = scorer.ForwardStats{}, fmt.Errorf("engine panicked: %v", p)
+			st, err = scorer.ForwardStats{}, &enginePanic{p}
 		}
 	}()
 	return eng.Forward(ctx, groups)
 }
+
+// enginePanic is a panic recovered from Engine.Forward.
+type enginePanic struct{ v any }
+
+func (e *enginePanic) Error() string { return fmt.Sprintf("engine panicked: %v", e.v) }
 
 // secondsDur converts an estimate in seconds to a Duration, saturating instead of overflowing.
 func secondsDur(sec float64) time.Duration {

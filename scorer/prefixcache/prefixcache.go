@@ -191,7 +191,10 @@ type Epoch struct {
 // Reservation is a prefix this epoch computes. Fill stores the computed payload, which the
 // epoch's later lookups see; it becomes visible to other epochs only at Commit.
 type Reservation struct {
-	key    Key
+	e   *Epoch
+	key Key
+
+	// Guarded by e.mu: an epoch's goroutines may Fill while others Acquire the same key.
 	value  any
 	size   int64
 	filled bool
@@ -201,8 +204,14 @@ type Reservation struct {
 func (r *Reservation) Key() Key { return r.key }
 
 // Fill stores the computed payload and its size in bytes. Call it once the prefix is computed;
-// a reservation never filled is dropped at Commit.
+// a reservation never filled is dropped at Commit. Fill after the epoch's Commit or Abort does
+// nothing: the payload is never published.
 func (r *Reservation) Fill(value any, sizeBytes int64) {
+	r.e.mu.Lock()
+	defer r.e.mu.Unlock()
+	if r.e.done {
+		return
+	}
 	r.value, r.size, r.filled = value, sizeBytes, true
 }
 
@@ -250,7 +259,7 @@ func (e *Epoch) Acquire(key Key) (Lookup, error) {
 	c.pending++
 	c.mu.Unlock()
 	c.m.misses.Inc()
-	r := &Reservation{key: key}
+	r := &Reservation{e: e, key: key}
 	e.res[key] = r
 	e.order = append(e.order, r)
 	return Lookup{Res: r}, nil

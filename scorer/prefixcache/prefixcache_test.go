@@ -327,3 +327,57 @@ relevance_scorer_prefix_cache_bytes 60
 		t.Error(err)
 	}
 }
+
+// TestSharedEpochFill: an epoch shared by several goroutines (one fills a reservation while
+// another looks the key up) is race-free, and a Fill after the epoch ended publishes nothing.
+func TestSharedEpochFill(t *testing.T) {
+	c := newCache(t, 1000, nil)
+	e := c.Begin()
+	k := key(1)
+	res := acquire(t, e, k).Res
+	if res == nil {
+		t.Fatal("expected a reservation")
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		res.Fill("kv", 10)
+	}()
+	go func() {
+		defer wg.Done()
+		for {
+			l := acquire(t, e, k)
+			if l.Local {
+				if l.Value != "kv" {
+					t.Errorf("local value = %v", l.Value)
+				}
+				return
+			}
+			if l.Res != res {
+				t.Errorf("unfilled lookup = %+v, want the epoch's own reservation", l)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	e.Commit()
+	if !c.Contains(k) {
+		t.Fatal("filled reservation not published")
+	}
+
+	late := c.Begin()
+	r2 := acquire(t, late, key(2)).Res
+	late.Abort()
+	r2.Fill("after abort", 10)
+	late2 := c.Begin()
+	r3 := acquire(t, late2, key(3)).Res
+	late2.Commit()
+	r3.Fill("after commit", 10)
+	if c.Contains(key(2)) || c.Contains(key(3)) {
+		t.Error("a Fill after the epoch ended was published")
+	}
+	if s := c.Stats(); s.Entries != 1 || s.Bytes != 10 || s.Pending != 0 {
+		t.Errorf("stats = %+v", s)
+	}
+}

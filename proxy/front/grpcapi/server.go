@@ -84,6 +84,11 @@ type Server struct {
 	stopPoll chan struct{}
 	pollDone chan struct{}
 	stopOnce sync.Once
+
+	// stopWatches is closed when Shutdown begins: it ends the grpc.health.v1 Watch streams,
+	// which GracefulStop would otherwise wait for until the drain timeout.
+	stopWatches chan struct{}
+	watchOnce   sync.Once
 }
 
 // rankerService is the name grpc.health.v1 reports besides the empty (whole server) name.
@@ -106,7 +111,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, core: opts.Core, log: log, health: health.NewServer(),
-		stopPoll: make(chan struct{}), pollDone: make(chan struct{})}
+		stopPoll: make(chan struct{}), pollDone: make(chan struct{}), stopWatches: make(chan struct{})}
 	s.gs = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.MaxSendMsgSize(cfg.MaxSendBytes),
@@ -116,7 +121,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		grpc.ChainUnaryInterceptor(metricsInterceptor(opts.Metrics), recoveryInterceptor(log), grpcutf8.UnaryServerInterceptor),
 	)
 	relevancev1.RegisterRankerServer(s.gs, &ranker{core: opts.Core})
-	healthpb.RegisterHealthServer(s.gs, s.health)
+	healthpb.RegisterHealthServer(s.gs, &drainingHealth{Server: s.health, stop: s.stopWatches})
 	reflection.Register(s.gs)
 	s.setHealth(opts.Core.Ready())
 	go s.pollReadiness()
@@ -143,6 +148,7 @@ func (s *Server) SetDraining() {
 // which the rest are cancelled and ctx's error is returned.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.SetDraining()
+	s.watchOnce.Do(func() { close(s.stopWatches) })
 	done := make(chan struct{})
 	go func() {
 		s.gs.GracefulStop()
@@ -217,3 +223,33 @@ func metricsInterceptor(m *front.Metrics) grpc.UnaryServerInterceptor {
 		return resp, err
 	}
 }
+
+// drainingHealth is grpc's health server whose Watch streams end when stop is closed. A Watch
+// never ends by itself, and GracefulStop waits for every open stream: without this, one client
+// watching health would hold every drain until its timeout.
+type drainingHealth struct {
+	*health.Server
+	stop <-chan struct{}
+}
+
+// Watch implements healthpb.HealthServer.
+func (h *drainingHealth) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-h.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return h.Server.Watch(req, watchStream{Health_WatchServer: stream, ctx: ctx})
+}
+
+// watchStream is a Watch stream whose context also ends on drain.
+type watchStream struct {
+	healthpb.Health_WatchServer
+	ctx context.Context
+}
+
+func (w watchStream) Context() context.Context { return w.ctx }

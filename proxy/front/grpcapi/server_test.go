@@ -358,3 +358,36 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestShutdownEndsHealthWatches: grpc.health.v1 Watch streams are long-lived RPCs that
+// GracefulStop would wait for; a client (or load balancer) watching health must not hold a drain
+// until its timeout. The watcher sees NOT_SERVING, then its stream ends.
+func TestShutdownEndsHealthWatches(t *testing.T) {
+	core := &fakeCore{fn: echoScores}
+	core.ready.Store(true)
+	e := start(t, testConfig(), core)
+	wctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	stream, err := healthpb.NewHealthClient(e.conn).Watch(wctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := stream.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first watch reply %v, %v; want SERVING", r, err)
+	}
+	ctx, cancelShut := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancelShut()
+	start := time.Now()
+	if err := e.srv.Shutdown(ctx); err != nil {
+		t.Errorf("shutdown with a health watcher: %v (after %v)", err, time.Since(start))
+	}
+	for {
+		r, err := stream.Recv()
+		if err != nil {
+			break
+		}
+		if r.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Errorf("watch reply during drain %v, want NOT_SERVING", r.GetStatus())
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"unicode/utf8"
@@ -154,7 +155,7 @@ type rankedResult struct {
 }
 
 // rank returns the scored items best first (ties by input order), cut to topN when topN > 0.
-// Items the core reports as not scored (too long, failed) are left out: a rerank client cannot
+// Items the core reports as not scored (too long, failed, non-finite score) are left out: a rerank client cannot
 // tell a missing score from a low one otherwise.
 func rank(resp *relevancev1.ScoreResponse, n int, topN uint32) ([]rankedResult, error) {
 	scores := resp.GetScores()
@@ -165,6 +166,11 @@ func rank(resp *relevancev1.ScoreResponse, n int, topN uint32) ([]rankedResult, 
 	for i, s := range scores {
 		switch s.GetStatus() {
 		case relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG, relevancev1.ItemStatus_ITEM_STATUS_FAILED:
+			continue
+		}
+		// A NaN or infinite score cannot be ranked (NaN compares false and breaks the sort)
+		// nor written as JSON: treat it as not scored.
+		if v := float64(s.GetScore()); math.IsNaN(v) || math.IsInf(v, 0) {
 			continue
 		}
 		out = append(out, rankedResult{Index: i, Score: shortFloat(s.GetScore())})

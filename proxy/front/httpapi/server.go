@@ -343,6 +343,11 @@ func (s *Server) score(ctx *fasthttp.RequestCtx, rt *route, req *relevancev1.Sco
 	}
 	if err != nil {
 		f := front.Classify(err)
+		if f.HTTPStatus == front.StatusClientClosed && s.baseCtx.Err() != nil {
+			// fasthttp does not cancel on disconnect: a cancellation here is the drain's, and
+			// the client is still waiting for an answer it may retry elsewhere.
+			f = front.Failure{HTTPStatus: http.StatusServiceUnavailable, Type: "service_unavailable", Message: "proxy is shutting down"}
+		}
 		if f.HTTPStatus >= 500 && f.HTTPStatus != http.StatusServiceUnavailable && f.HTTPStatus != http.StatusGatewayTimeout {
 			s.log.Error("score failed", "route", rt.name, "request_id", req.GetRequestId(), "err", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os/exec"
@@ -964,10 +965,35 @@ func TestShutdownTimeoutCancelsCore(t *testing.T) {
 		t.Errorf("Shutdown = %v, want deadline exceeded", err)
 	}
 	<-cancelled
-	if code := <-got; code != front.StatusClientClosed && code != 0 {
-		t.Errorf("cancelled request got %d, want 499 or a closed connection", code)
+	// The client is still there: the cancellation was the server's, so it gets a retryable 503,
+	// not 499 (which says the client went away).
+	if code := <-got; code != http.StatusServiceUnavailable && code != 0 {
+		t.Errorf("request cancelled by the drain got %d, want 503 or a closed connection", code)
 	}
 	if err := <-served; err != nil {
 		t.Errorf("serve: %v", err)
+	}
+}
+
+// TestRerankNonFiniteScore: a NaN score (a broken node) cannot be ranked or written as JSON; the
+// item is left out like an unscored one, and the others stay in score order.
+func TestRerankNonFiniteScore(t *testing.T) {
+	core := newFakeCore()
+	core.fn = func(ctx context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
+		resp := defaultScores(req)
+		resp.Scores[1].Score = float32(math.NaN())
+		return resp, nil
+	}
+	e := startServer(t, DefaultConfig(), core, nil)
+	for _, path := range []string{"/v1/rerank", "/v2/rerank"} {
+		r := e.do(t, "POST", path, `{"query":"q","documents":["apple","banana","cherry"],"return_documents":false}`, nil)
+		if r.code != 200 {
+			t.Fatalf("%s: status %d: %s", path, r.code, r.body)
+		}
+		got := decode(t, r.body)["results"]
+		want := []any{map[string]any{"index": 2.0, "relevance_score": 0.5}, map[string]any{"index": 0.0, "relevance_score": 0.2}}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("%s results (-want +got):\n%s", path, d)
+		}
 	}
 }

@@ -63,7 +63,7 @@ func (*Splitter) Split(in split.Input) []split.Batch {
 	}
 	kmin := (n + m - 1) / m
 	kmax := min(n, 2*len(nodes))
-	if t := in.TargetBatchSeconds; t > 0 {
+	if t := in.TargetBatchSeconds; t > 0 && !math.IsInf(total, 0) {
 		if t > over {
 			kmax = min(kmax, int(total/(t-over)))
 		} else {
@@ -76,7 +76,9 @@ func (*Splitter) Split(in split.Input) []split.Batch {
 	var bestStarts []bin
 	for k := kmin; k <= kmax; k = nextK(k, kmax) {
 		starts, t := place(nodes, k, total/float64(k)+over, total, over)
-		if t < bestT*0.99 { // a new k must win by more than noise to pay o again
+		// A new k must win by more than noise to pay o again. The first k is always kept, so a
+		// plan exists even when t is not a number (a node that reported a NaN backlog).
+		if bestStarts == nil || t < bestT*0.99 {
 			bestT, bestStarts = t, starts
 		}
 	}
@@ -139,7 +141,7 @@ func place(nodes []split.Node, k int, c, w, o float64) ([]bin, float64) {
 	free := make([]float64, len(nodes))
 	count := make([]int, len(nodes))
 	for j, nd := range nodes {
-		free[j] = math.Max(0, nd.Backlog)
+		free[j] = backlogOf(nd)
 	}
 	for range k {
 		best := 0
@@ -157,7 +159,7 @@ func place(nodes []split.Node, k int, c, w, o float64) ([]bin, float64) {
 		var sum float64
 		for j, nd := range nodes {
 			if count[j] > 0 {
-				sum += math.Max(0, (t-math.Max(0, nd.Backlog))/scaleOf(nd)-float64(count[j])*o)
+				sum += math.Max(0, (t-backlogOf(nd))/scaleOf(nd)-float64(count[j])*o)
 			}
 		}
 		return sum
@@ -179,7 +181,7 @@ func place(nodes []split.Node, k int, c, w, o float64) ([]bin, float64) {
 	t := hi
 	bins := make([]bin, 0, k)
 	for j, nd := range nodes {
-		b0 := math.Max(0, nd.Backlog)
+		b0 := backlogOf(nd)
 		for r := range count[j] {
 			step := math.Max(0, t-b0) / float64(count[j])
 			bins = append(bins, bin{start: b0 + float64(r)*step, scale: scaleOf(nd)})
@@ -197,9 +199,22 @@ func nextK(k, kmax int) int {
 	return min(kmax, max(k+1, k*11/10))
 }
 
+// maxSeconds bounds a backlog or scale that a node reported as infinite: far beyond any deadline,
+// but finite, so that the arithmetic of place still orders nodes instead of producing NaN.
+const maxSeconds = 1e9
+
 func scaleOf(n split.Node) float64 {
 	if n.Scale > 0 {
-		return n.Scale
+		return math.Min(n.Scale, maxSeconds)
 	}
-	return 1
+	return 1 // zero, negative or NaN
+}
+
+// backlogOf is the node's backlog made safe to compute with: NaN or negative is 0, +Inf is
+// maxSeconds (node loads come from node replies and must not be trusted to be finite).
+func backlogOf(n split.Node) float64 {
+	if !(n.Backlog > 0) {
+		return 0
+	}
+	return math.Min(n.Backlog, maxSeconds)
 }

@@ -67,7 +67,13 @@ type span struct {
 // Forward runs every group's prefix (unless cached) and items in one packed pass and returns,
 // for each group and item, the head-row logits at the item's last position (nil for empty items).
 // Identical prefixes within the call are computed once. It checks ctx between layers.
+//
+// The activations live in an arena kept on the Model and reused by the next call (a pass of a few
+// thousand rows needs tens of MB; allocating and zeroing them per call showed in profiles).
+// Concurrent calls are therefore serialised; the node makes one at a time anyway.
 func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]float32, error) {
+	m.arenaMu.Lock()
+	defer m.arenaMu.Unlock()
 	start := time.Now()
 	cfg := m.Config
 	H := cfg.HiddenSize
@@ -122,8 +128,8 @@ func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]
 		return make([][][]float32, len(groups)), nil
 	}
 
-	pos := make([]int32, T)
-	x := make([]float32, T*H)
+	b := m.arena.reset(cfg, T)
+	pos, x := b.pos, b.x
 	for g, gr := range groups {
 		sp := &spans[g]
 		for j, id := range gr.Prefix[:sp.prefixLen] {
@@ -160,11 +166,15 @@ func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]
 		}
 	}
 
-	b := newBuffers(cfg, T)
 	eps := float32(cfg.RMSNormEps)
 	for l := range m.Layers {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if m.BeforeLayer != nil {
+			if err := m.BeforeLayer(l); err != nil {
+				return nil, fmt.Errorf("layer %d: %w", l, err)
+			}
 		}
 		layer := &m.Layers[l]
 		final := l == len(m.Layers)-1
@@ -193,7 +203,7 @@ func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]
 			// Only the head's rows need the rest of the last layer: gather them.
 			n := len(last)
 			qd := nh * cfg.HeadDim
-			ax, xs := make([]float32, n*qd), make([]float32, n*H)
+			ax, xs := grow(&b.lastAttn, n*qd), grow(&b.lastX, n*H)
 			for j, r := range last {
 				copy(ax[j*qd:(j+1)*qd], b.attn[r*qd:(r+1)*qd])
 				copy(xs[j*H:(j+1)*H], x[r*H:(r+1)*H])
@@ -318,7 +328,7 @@ func (m *Model) moe(b *buffers, layer *Layer, T int, st *Stats) error {
 		r.Tokens[e] = r.Tokens[e][:0]
 		r.Weights[e] = r.Weights[e][:0]
 	}
-	idx, w := make([]int32, k), make([]float32, k)
+	idx, w := b.topIdx, b.topW
 	for t := 0; t < T; t++ {
 		p := b.router[t*E : (t+1)*E]
 		kernels.Softmax(p)
@@ -411,36 +421,65 @@ func tokensKey(ids []int32) string {
 	return string(b)
 }
 
-// buffers are one pass's activations, sized for T rows.
+// buffers are one pass's activations. The arena keeps them between passes: reset reslices
+// them to T rows, growing (with headroom) only when a pass has more rows than any before.
 type buffers struct {
+	pos                  []int32
+	x                    []float32 // residual stream
 	xn, q, k, v, attn, o []float32
 	g, u                 []float32 // dense MLP scratch
 	router, gate1        []float32
 	shared, sg, su       []float32
+	lastAttn, lastX      []float32 // the last layer's gathered head rows
 	routing              kernels.Routing
+	topIdx               []int32
+	topW                 []float32
 }
 
-func newBuffers(cfg *Config, T int) *buffers {
+// grow returns (*s)[:n], reallocating *s when its capacity is short. Contents are not kept.
+func grow[E any](s *[]E, n int) []E {
+	if cap(*s) < n {
+		*s = make([]E, n, n+n/4)
+	}
+	*s = (*s)[:n]
+	return *s
+}
+
+// reset sizes every buffer for T rows. Buffers are not cleared: each is fully written before it
+// is read in a pass.
+func (b *buffers) reset(cfg *Config, T int) *buffers {
 	H, hd := cfg.HiddenSize, cfg.HeadDim
 	qd, kvd := cfg.NumAttentionHeads*hd, cfg.NumKeyValueHeads*hd
-	b := &buffers{
-		xn: make([]float32, T*H), q: make([]float32, T*qd), k: make([]float32, T*kvd), v: make([]float32, T*kvd),
-		attn: make([]float32, T*qd), o: make([]float32, T*H),
-	}
+	grow(&b.pos, T)
+	grow(&b.x, T*H)
+	grow(&b.xn, T*H)
+	grow(&b.q, T*qd)
+	grow(&b.k, T*kvd)
+	grow(&b.v, T*kvd)
+	grow(&b.attn, T*qd)
+	grow(&b.o, T*H)
 	dense := false
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
 		dense = dense || !cfg.IsSparse(i)
 	}
 	if dense {
-		b.g, b.u = make([]float32, T*cfg.IntermediateSize), make([]float32, T*cfg.IntermediateSize)
+		grow(&b.g, T*cfg.IntermediateSize)
+		grow(&b.u, T*cfg.IntermediateSize)
 	}
 	if cfg.NumExperts > 0 {
-		b.router = make([]float32, T*cfg.NumExperts)
-		b.routing = kernels.Routing{Tokens: make([][]int32, cfg.NumExperts), Weights: make([][]float32, cfg.NumExperts)}
+		grow(&b.router, T*cfg.NumExperts)
+		if len(b.routing.Tokens) != cfg.NumExperts {
+			b.routing = kernels.Routing{Tokens: make([][]int32, cfg.NumExperts), Weights: make([][]float32, cfg.NumExperts)}
+		}
+		grow(&b.topIdx, cfg.NumExpertsPerTok)
+		grow(&b.topW, cfg.NumExpertsPerTok)
 	}
 	if cfg.HasSharedExpert() {
 		S := cfg.SharedExpertIntermediateSize
-		b.shared, b.sg, b.su, b.gate1 = make([]float32, T*H), make([]float32, T*S), make([]float32, T*S), make([]float32, T)
+		grow(&b.shared, T*H)
+		grow(&b.sg, T*S)
+		grow(&b.su, T*S)
+		grow(&b.gate1, T)
 	}
 	return b
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/relevance-scoring/relevance/kernels"
 	"github.com/relevance-scoring/relevance/scorer/model/safetensors"
@@ -49,6 +50,12 @@ type Model struct {
 	// MoE runs the grouped expert GEMM under the node's policy; nil uses the kernels'
 	// package-level runner.
 	MoE *kernels.MoERunner
+	// BeforeLayer, when set, is called before each layer of Forward with the layer's index; an
+	// error fails the pass there. It exists for tests that inject a failure mid-pass.
+	BeforeLayer func(layer int) error
+
+	arenaMu sync.Mutex // held by Forward: one pass at a time uses the arena
+	arena   buffers
 
 	embed  safetensors.Tensor // [vocab, hidden]
 	rope   *kernels.RoPETable
