@@ -31,8 +31,9 @@ type Config struct {
 	Admission AdmissionConfig `yaml:"admission" json:"admission"`
 	Cost      CostConfig      `yaml:"cost" json:"cost"`
 	Limits    LimitsConfig    `yaml:"limits" json:"limits"`
-	// SLO is the budget of a request that carries no deadline (and no timeout_ms); it bounds
-	// every node call. Must be > 0. Default 500ms.
+	// SLO is the budget of a request that carries no deadline (and no timeout_ms); that budget
+	// bounds every node call. A caller's own deadline or timeout_ms replaces it (it is not a
+	// cap). Must be > 0. Default 500ms.
 	SLO time.Duration `yaml:"slo" json:"slo"`
 	// OnPartialFailure is "fail" (default: a failed batch fails the request with its reason) or
 	// "partial" (return the scores obtained, failed items marked ITEM_STATUS_FAILED; when every

@@ -42,8 +42,7 @@ type node struct {
 	learnMu sync.Mutex
 	learn   *learner
 
-	stop     context.CancelFunc
-	watchers sync.WaitGroup
+	stop context.CancelFunc // ends the health watch
 }
 
 // extLoad is the node's backlog that is not this proxy's, as of a reply; it drains in real time.

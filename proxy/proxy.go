@@ -50,8 +50,9 @@ type Proxy struct {
 
 	membersMu sync.Mutex // serialises membership changes; readers use members
 	members   atomic.Pointer[[]*node]
-	dnsAddrs  []string // guarded by membersMu
-	gone      []*node  // nodes that left, guarded by membersMu (Close waits for their watchers)
+	dnsAddrs  []string       // guarded by membersMu
+	gone      []*node        // nodes that left with calls in flight, guarded by membersMu (Close closes their conns)
+	watchers  sync.WaitGroup // every node's health watch, so Close can wait for them
 
 	changedMu sync.Mutex
 	changed   chan struct{} // closed and replaced on every health or membership change
@@ -207,10 +208,12 @@ func (p *Proxy) Close() error {
 	p.members.Store(&[]*node{})
 	p.gone = nil
 	p.membersMu.Unlock()
-	var errs []error
 	for _, n := range nodes {
 		n.stop()
-		n.watchers.Wait()
+	}
+	p.watchers.Wait()
+	var errs []error
+	for _, n := range nodes {
 		if n.connClosed.CompareAndSwap(false, true) {
 			if err := n.conn.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("close %s: %w", n.addr, err))
@@ -239,6 +242,9 @@ func (p *Proxy) setMembers(dns []string) error {
 	for _, a := range p.dnsAddrs {
 		want[a] = true
 	}
+	// Nodes that left and have since drained (their conn is closed) are forgotten: with DNS
+	// churn (rolling deploys) the list would otherwise grow for the life of the process.
+	p.gone = slices.DeleteFunc(p.gone, func(n *node) bool { return n.connClosed.Load() })
 	old := *p.members.Load()
 	var next []*node
 	have := map[string]bool{}
@@ -268,7 +274,7 @@ func (p *Proxy) setMembers(dns []string) error {
 		}
 		ctx, cancel := context.WithCancel(p.ctx)
 		n.stop = cancel
-		n.watchers.Go(func() { n.watchHealth(ctx, p.notify) })
+		p.watchers.Go(func() { n.watchHealth(ctx, p.notify) })
 		p.log.Info("scorer node joined", "node", a)
 		next = append(next, n)
 	}

@@ -145,3 +145,48 @@ func TestHalfOpenProbeDoesNotBlockFallback(t *testing.T) {
 	}()
 	score(t, p, makeRequest(4, 1))
 }
+
+// TestMembershipChurnForgetsDrainedNodes: nodes that left and have nothing in flight are
+// forgotten, so DNS churn over a long uptime does not grow the proxy's memory.
+func TestMembershipChurnForgetsDrainedNodes(t *testing.T) {
+	nodes := startNodes(t, 1, fakenode.Options{})
+	cfg := testConfig(nil)
+	cfg.Nodes.DNS = "scorer.test:1"
+	p, err := New(cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for range 50 {
+		if err := p.setMembers(nodes.Addrs()); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.setMembers([]string{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.membersMu.Lock()
+	gone := len(p.gone)
+	p.membersMu.Unlock()
+	if gone > 1 {
+		t.Errorf("%d departed nodes kept after 50 idle join/leave cycles, want at most 1", gone)
+	}
+}
+
+// TestCallerDeadlineOverridesSLO: the SLO is the budget of a request that brings no deadline; a
+// caller's longer deadline (a gRPC client's) is its own budget and is not cut to the SLO.
+func TestCallerDeadlineOverridesSLO(t *testing.T) {
+	nodes := startNodes(t, 1, fakenode.Options{Latency: func(fakenode.Batch) time.Duration { return 300 * time.Millisecond }})
+	cfg := testConfig(nodes.Addrs())
+	cfg.SLO = 100 * time.Millisecond
+	p, _ := startProxy(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := p.Score(ctx, makeRequest(2, 1)); err != nil {
+		t.Errorf("5s caller deadline, 300ms node, 100ms SLO: %v", err)
+	}
+	// Without a deadline the SLO applies.
+	if _, err := p.Score(context.Background(), makeRequest(2, 2)); status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("no caller deadline: %v, want DeadlineExceeded after the SLO", err)
+	}
+}

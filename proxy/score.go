@@ -57,11 +57,14 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 	if p.closed.Load() {
 		return nil, grpcError(codes.Unavailable, "proxy is shutting down")
 	}
-	budget := p.cfg.SLO
+	// The budget is timeout_ms when set, else the caller's own deadline (a gRPC client's), else
+	// the SLO; an earlier caller deadline always wins over timeout_ms.
+	var cancel context.CancelFunc = func() {}
 	if req.GetTimeoutMs() > 0 {
-		budget = time.Duration(req.GetTimeoutMs()) * time.Millisecond
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.GetTimeoutMs())*time.Millisecond)
+	} else if _, ok := ctx.Deadline(); !ok {
+		ctx, cancel = context.WithTimeout(ctx, p.cfg.SLO)
 	}
-	ctx, cancel := context.WithTimeout(ctx, budget) // an earlier client deadline still wins
 	defer cancel()
 	reqID := req.GetRequestId()
 	if reqID == "" {

@@ -237,7 +237,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if o.Profile != nil {
 		rep.ModelCapacityRPS = ModelCapacity(o.Trace, o.Profile.Coeffs, o.Cluster.Nodes.Count)
-		logf("compare: cost-model capacity estimate (%d nodes, perfect balance): %.1f req/s", o.Cluster.Nodes.Count, rep.ModelCapacityRPS)
+		logf("compare: cost-model capacity estimate (%d nodes, each request split over all, no merging): %.1f req/s", o.Cluster.Nodes.Count, rep.ModelCapacityRPS)
 	}
 	proxyCfg := func(cfg Config) (cluster.Proxy, error) {
 		hp, err := cluster.FreePort("127.0.0.1")

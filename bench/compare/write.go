@@ -59,7 +59,7 @@ func (r *Report) Summary() string {
 	s := fmt.Sprintf("%s comparison: %d scorer nodes, workload %s (trace seed %d, %.1f items/request), capacity %.2f req/s (%s), %gs per run (%gs warm-up), goodput SLO %.0f ms, proxy deadline %.0f ms\n",
 		r.label(), r.Nodes, r.Workload, r.TraceSeed, r.MeanItems, r.CapacityRPS, r.CapacityMethod, r.DurationSec, r.WarmupSec, r.SLOms, r.ProxySLOms)
 	if r.ModelCapacityRPS > 0 {
-		s += fmt.Sprintf("cost-model capacity bound at perfect balance: %.2f req/s\n", r.ModelCapacityRPS)
+		s += fmt.Sprintf("cost-model capacity estimate (each request split over every node, no batch merging on a node): %.2f req/s\n", r.ModelCapacityRPS)
 	}
 	return s
 }

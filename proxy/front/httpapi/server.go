@@ -28,6 +28,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -343,6 +344,9 @@ func (s *Server) score(ctx *fasthttp.RequestCtx, rt *route, req *relevancev1.Sco
 	}
 	if err != nil {
 		f := front.Classify(err)
+		if f.HTTPStatus == http.StatusUnprocessableEntity && rt.name != "/v1/score" {
+			f.Message = documentsField(f.Message)
+		}
 		if f.HTTPStatus == front.StatusClientClosed && s.baseCtx.Err() != nil {
 			// fasthttp does not cancel on disconnect: a cancellation here is the drain's, and
 			// the client is still waiting for an answer it may retry elsewhere.
@@ -360,6 +364,19 @@ func (s *Server) score(ctx *fasthttp.RequestCtx, rt *route, req *relevancev1.Sco
 		ctx.Response.Header.Set(HeaderRequestID, id)
 	}
 	return resp, true
+}
+
+// documentsField renames the core's "items…" field in a message to the rerank APIs' name:
+// "items[3].text: …" → "documents[3]: …", "items: …" → "documents: …".
+func documentsField(msg string) string {
+	rest, ok := strings.CutPrefix(msg, "items")
+	if !ok {
+		return msg
+	}
+	if i := strings.Index(rest, ":"); i >= 0 {
+		rest = strings.Replace(rest[:i], ".text", "", 1) + rest[i:]
+	}
+	return "documents" + rest
 }
 
 // responseID is the core's request id, else the caller's, else a fresh one.

@@ -503,7 +503,7 @@ func TestErrors(t *testing.T) {
 			want:   want{code: 400, body: errShape(400, "invalid_request_error", `X-Request-Timeout-Ms: must be a positive integer of milliseconds, got "soon"`)}},
 		{name: "core invalid argument", method: "POST", path: "/v1/rerank", body: `{"query":"q","documents":["a"]}`,
 			coreErr: status.Error(codes.InvalidArgument, "items[0].text: invalid UTF-8"),
-			want:    want{code: 422, body: errShape(422, "invalid_request_error", "items[0].text: invalid UTF-8")}},
+			want:    want{code: 422, body: errShape(422, "invalid_request_error", "documents[0]: invalid UTF-8")}},
 		{name: "core overloaded", method: "POST", path: "/v2/rerank", body: `{"query":"q","documents":["a"]}`,
 			coreErr: retryInfoErr(t, codes.ResourceExhausted, "projected completion 900ms exceeds deadline 500ms", 1500*time.Millisecond),
 			want:    want{code: 429, retryAfter: "2", body: cohere("projected completion 900ms exceeds deadline 500ms")}},
@@ -994,6 +994,34 @@ func TestRerankNonFiniteScore(t *testing.T) {
 		want := []any{map[string]any{"index": 2.0, "relevance_score": 0.5}, map[string]any{"index": 0.0, "relevance_score": 0.2}}
 		if d := cmp.Diff(want, got); d != "" {
 			t.Errorf("%s results (-want +got):\n%s", path, d)
+		}
+	}
+}
+
+// TestRerankErrorsNameDocuments: the core names items; a rerank client sent "documents", so the
+// 422 names the field it knows.
+func TestRerankErrorsNameDocuments(t *testing.T) {
+	core := newFakeCore()
+	e := startServer(t, DefaultConfig(), core, nil)
+	for _, tc := range []struct{ core, want string }{
+		{"items[1].text: 40000 bytes, limit 32768", "documents[1]: 40000 bytes, limit 32768"},
+		{"items: 1001 items, limit 1000", "documents: 1001 items, limit 1000"},
+		{"query: empty", "query: empty"},
+	} {
+		core.fn = func(context.Context, *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
+			return nil, status.Error(codes.InvalidArgument, tc.core)
+		}
+		r := e.do(t, "POST", "/v2/rerank", `{"query":"q","documents":["a","b"]}`, nil)
+		if got := decode(t, r.body)["message"]; r.code != 422 || got != tc.want {
+			t.Errorf("/v2/rerank core %q: %d %v, want 422 %q", tc.core, r.code, got, tc.want)
+		}
+		r = e.do(t, "POST", "/v1/rerank", `{"query":"q","documents":["a","b"]}`, nil)
+		if got := decode(t, r.body)["error"].(map[string]any)["message"]; r.code != 422 || got != tc.want {
+			t.Errorf("/v1/rerank core %q: %d %v, want 422 %q", tc.core, r.code, got, tc.want)
+		}
+		r = e.do(t, "POST", "/v1/score", `{"query":"q","items":[{"text":"a"}]}`, nil)
+		if got := decode(t, r.body)["error"].(map[string]any)["message"]; got != tc.core {
+			t.Errorf("/v1/score core %q: %v, want it unchanged", tc.core, got)
 		}
 	}
 }
