@@ -855,9 +855,25 @@ func TestShutdownDrains(t *testing.T) {
 	if !srv.draining.Load() {
 		t.Error("not draining after Shutdown began")
 	}
-	if c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
-		c.Close()
-		t.Error("new connection accepted during drain")
+	// The listener must be closed: Accept on it fails at once. (Dialing its port instead would be
+	// flaky: another process may bind the freed ephemeral port.)
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			c.Close()
+		}
+		accepted <- err
+	}()
+	select {
+	case err := <-accepted:
+		if err == nil {
+			t.Error("listener still accepting during drain")
+		}
+	case <-time.After(2 * time.Second):
+		ln.Close()
+		<-accepted
+		t.Error("listener still open during drain")
 	}
 	close(release)
 	if code := <-got; code != 200 {
