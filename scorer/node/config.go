@@ -4,11 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/relevance-scoring/relevance/kernels"
 	"io"
 	"net"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -50,7 +49,9 @@ type Config struct {
 	// MaxQueueBatches is how many batches may wait (queued, or accepted and still tokenizing);
 	// beyond it calls get RESOURCE_EXHAUSTED before any work is spent on them; > 0.
 	MaxQueueBatches int `yaml:"max_queue_batches"`
-	// MoEPolicy is the MoE kernel policy (threshold, auto, fixed:<blockM>); "" means threshold.
+	// MoEPolicy is the MoE kernel policy: auto (a cost table measured at load picks the cheapest
+	// variant per batch), threshold (blockM 128, 64 when padding at 128 exceeds 1.5: the GPU
+	// reference behaviour) or fixed:<128|64|32|16|exact>. "" means the kernels' default (threshold).
 	MoEPolicy string `yaml:"moe_policy"`
 	// PrefixCacheBytes is the cross-request prefix KV cache budget in bytes; 0 disables it.
 	PrefixCacheBytes int64 `yaml:"prefix_cache_bytes"`
@@ -73,7 +74,7 @@ func Default() Config {
 		MaxItems:         1024,
 		MaxBatchTokens:   8192,
 		MaxQueueBatches:  256,
-		MoEPolicy:        "threshold",
+		MoEPolicy:        "auto",
 		PrefixCacheBytes: 256 << 20,
 		DrainTimeout:     30 * time.Second,
 	}
@@ -145,14 +146,10 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("scorer.%s: must be ≥ %d, got %d", f.name, f.min, f.v)
 		}
 	}
-	p := c.MoEPolicy
-	ok := p == "" || p == "threshold" || p == "auto"
-	if m, found := strings.CutPrefix(p, "fixed:"); found {
-		n, err := strconv.Atoi(m)
-		ok = err == nil && n > 0
-	}
-	if !ok {
-		return fmt.Errorf("scorer.moe_policy: must be threshold, auto or fixed:<blockM>, got %q", p)
+	if c.MoEPolicy != "" {
+		if _, err := kernels.ParseMoEPolicy(c.MoEPolicy); err != nil {
+			return fmt.Errorf("scorer.moe_policy: %w", err)
+		}
 	}
 	return nil
 }
