@@ -815,7 +815,7 @@ func TestConfig(t *testing.T) {
 		{"bad addr", "model: /m\ngrpc_addr: nope\n", `scorer.grpc_addr: must be host:port, got "nope"`},
 		{"zero items", "model: /m\nmax_items: 0\n", "scorer.max_items: must be ≥ 1, got 0"},
 		{"negative cache", "model: /m\nprefix_cache_bytes: -5\n", "scorer.prefix_cache_bytes: must be ≥ 0, got -5"},
-		{"bad policy", "model: /m\nmoe_policy: fixed:x\n", `scorer.moe_policy: must be threshold, auto or fixed:<blockM>, got "fixed:x"`},
+		{"bad policy", "model: /m\nmoe_policy: fixed:x\n", `scorer.moe_policy: moe policy "fixed:x": unknown MoE variant "x"`},
 		{"fixed policy", "model: /m\nmoe_policy: fixed:64\n", ""},
 	}
 	for _, tt := range tests {
