@@ -232,9 +232,9 @@ func (a *PrefixAttention) check(outLen int) error {
 	qs, kvs := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
 	switch {
 	case len(a.Q) < T*qs:
-		return fmt.Errorf("Q has %d values, %d tokens need %d", len(a.Q), T, T*qs)
+		return fmt.Errorf("q has %d values, %d tokens need %d", len(a.Q), T, T*qs)
 	case len(a.K) < T*kvs || len(a.V) < T*kvs:
-		return fmt.Errorf("K/V have %d/%d values, %d tokens need %d", len(a.K), len(a.V), T, T*kvs)
+		return fmt.Errorf("k/v have %d/%d values, %d tokens need %d", len(a.K), len(a.V), T, T*kvs)
 	case len(a.PrefixK) < a.PrefixLen*kvs || len(a.PrefixV) < a.PrefixLen*kvs:
 		return fmt.Errorf("prefix K/V have %d/%d values, %d positions need %d", len(a.PrefixK), len(a.PrefixV), a.PrefixLen, a.PrefixLen*kvs)
 	case outLen < T*qs:

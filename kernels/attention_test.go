@@ -78,7 +78,7 @@ func TestAttentionBadShapes(t *testing.T) {
 		want string
 	}{
 		{"heads not multiple", func(a *PrefixAttention) { a.KVHeads = 3 }, "not a multiple"},
-		{"short Q", func(a *PrefixAttention) { a.Q = a.Q[:10] }, "Q has 10 values"},
+		{"short Q", func(a *PrefixAttention) { a.Q = a.Q[:10] }, "q has 10 values"},
 		{"short prefix", func(a *PrefixAttention) { a.PrefixLen = 100 }, "prefix K/V"},
 		{"descending starts", func(a *PrefixAttention) { a.SeqStarts = []int{0, 5, 3} }, "not ascending"},
 		{"zero head dim", func(a *PrefixAttention) { a.HeadDim = 0 }, "must be > 0"},

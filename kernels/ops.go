@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"runtime"
-	"sync"
 )
 
 // Linear computes dst[m×N] = x[m×K] · Wᵀ for the weight w (N×K). dst is overwritten.
@@ -30,23 +29,3 @@ func SetThreads(n int) {
 
 // Threads reports the current thread count for kernel calls.
 func Threads() int { return threads }
-
-// parallelRows splits [0, m) into contiguous chunks, one per thread, and waits for all.
-func parallelRows(m int, f func(r0, r1 int)) {
-	t := threads
-	if t > m {
-		t = m
-	}
-	if t <= 1 {
-		f(0, m)
-		return
-	}
-	var wg sync.WaitGroup
-	chunk := (m + t - 1) / t
-	for r0 := 0; r0 < m; r0 += chunk {
-		r1 := min(r0+chunk, m)
-		wg.Add(1)
-		go func() { defer wg.Done(); f(r0, r1) }()
-	}
-	wg.Wait()
-}
