@@ -26,7 +26,7 @@ func Examples(httpAddr, grpcAddr string) string {
   grpcurl -plaintext -d '{"query":"trail running shoes","items":[{"text":"Lightweight trail running shoes"},{"text":"Leather office chair"}]}' \
     %[2]s relevance.v1.Ranker/Score
 
-  bin/bench load --target http://%[1]s/v1/rerank --rate 2 --duration 20s
+  bin/bench load --target http://%[1]s/v1/rerank --workload configs/workloads/small.yaml --rate 0.5 --duration 30s --json
   curl -s http://%[1]s/v1/nodes
 `, httpAddr, grpcAddr, ExampleRerankBody)
 }

@@ -149,6 +149,8 @@ type Report struct {
 	WallSec          float64 `json:"wall_s"`
 	Rows             []Row   `json:"rows"`
 	Headline         []Gain  `json:"headline"`
+	// Command is the command line that produced the report (set by the caller).
+	Command string `json:"command,omitempty"`
 }
 
 // Gain is how Best beats Baseline at one load.

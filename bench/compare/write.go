@@ -1,6 +1,7 @@
 package compare
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -64,8 +65,13 @@ func (r *Report) Summary() string {
 	return s
 }
 
-// Write puts results.json, results.md and the plots into dir.
+// Write puts results.json, results.md and the plots into dir. command is recorded when the
+// report has none yet.
 func (r *Report) Write(dir, command string) error {
+	if r.Command == "" {
+		r.Command = command
+	}
+	command = r.Command
 	if err := report.WriteJSON(filepath.Join(dir, "results.json"), r); err != nil {
 		return err
 	}
@@ -121,4 +127,17 @@ func (r *Report) plots(dir string) error {
 		}
 	}
 	return report.PercentilePlot(filepath.Join(dir, "cdf-highest-load.png"), fmt.Sprintf("%s: latency percentiles at %.0f%% load", r.label(), 100*top), series)
+}
+
+// Load reads a report written by Write (to re-render it).
+func Load(dir string) (*Report, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return nil, fmt.Errorf("load report: %w", err)
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("load report %s: %w", dir, err)
+	}
+	return &r, nil
 }

@@ -262,9 +262,15 @@ func LinePlot(path, title, xLabel, yLabel string, logY bool, names []string, xs 
 		p.Add(lp, pts)
 		p.Legend.Add(n, lp)
 	}
+	// Leave the top ~45 % of the axis empty for the legend, so it never covers a line.
+	if logY && p.Y.Min > 0 {
+		p.Y.Max = p.Y.Min * math.Pow(p.Y.Max/p.Y.Min, 1.8)
+	} else {
+		p.Y.Max = p.Y.Min + (p.Y.Max-p.Y.Min)*1.8
+	}
 	p.Legend.Top = true
 	p.Legend.Left = true
-	return save(p, path, 10, 6)
+	return save(p, path, 10, 7)
 }
 
 func save(p *plot.Plot, path string, w, h vg.Length) error {

@@ -103,11 +103,13 @@ func runCluster(args []string) error {
 	say("cluster: proxy ready: HTTP %s, gRPC %s (split=%s route=%s hedge=%v)", cfg.Proxy.HTTPAddr, cfg.Proxy.GRPCAddr,
 		orDefault(cfg.Proxy.Split), orDefault(cfg.Proxy.Route), cfg.Proxy.Hedge)
 	if *selfTest {
-		got, err := cluster.SelfTest(ctx, cfg.Proxy.HTTPAddr, 2*time.Minute)
-		if err != nil {
-			return err
+		// A failed self-test is reported, not fatal: the cluster is up and its logs and
+		// /v1/nodes are what the user needs to see why.
+		if got, err := cluster.SelfTest(ctx, cfg.Proxy.HTTPAddr, 2*time.Minute); err != nil {
+			say("cluster: WARNING: the /v1/rerank example failed: %v", err)
+		} else {
+			say("cluster: self-test /v1/rerank OK: %s", got)
 		}
-		say("cluster: self-test /v1/rerank OK: %s", got)
 	}
 	fmt.Printf("\n%s", cluster.Examples(cfg.Proxy.HTTPAddr, cfg.Proxy.GRPCAddr))
 	fmt.Fprintln(os.Stderr)

@@ -17,6 +17,8 @@ import (
 	"github.com/relevance-scoring/relevance/internal/costmodel"
 )
 
+const defaultCompareWorkload = "configs/workloads/compare.yaml"
+
 func runCompare(args []string) error {
 	fs := cli.NewFlagSet("bench", "compare", "[--nodes 16] [--cost-profile F] [--out DIR] [flags]")
 	nodes := fs.Int("nodes", 16, "number of scorer nodes")
@@ -30,7 +32,7 @@ func runCompare(args []string) error {
 	capacity := fs.Float64("capacity", 0, "capacity in requests/s; 0 measures it with a closed-loop probe")
 	probeDur := fs.Duration("probe-duration", 8*time.Second, "capacity probe length")
 	probeConc := fs.Int("probe-concurrency", 0, "capacity probe concurrency (0: max(4, nodes/2))")
-	wl := fs.String("workload", "", "workload YAML (default "+defaultWorkload+")")
+	wl := fs.String("workload", defaultCompareWorkload, "workload YAML (sized for the calibrated small model on 16 nodes)")
 	seed := fs.Uint64("seed", 0, "trace and arrival seed; 0 uses the workload's")
 	traceSize := fs.Int("trace-size", 0, "distinct requests (0: the workload's trace_size)")
 	slo := fs.Duration("slo", 500*time.Millisecond, "goodput SLO (also the proxy's default deadline)")
@@ -40,11 +42,19 @@ func runCompare(args []string) error {
 	maxBatchItems := fs.Int("max-batch-items", 4, "proxy split.max_batch_items: the chunk size of fixed splitting and the cap of cost splitting")
 	proxyCfg := fs.String("proxy-config", "", "proxy YAML for every configuration (default: written to OUT/proxy.yaml with the cost profile as the proxy's prior and --max-batch-items)")
 	out := fs.String("out", "", "folder for results.json, results.md and plots (default bench/results/compare-<time>)")
+	replot := fs.String("replot", "", "only re-render results.md and the plots of the run in this folder from its results.json")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *replot != "" {
+		rep, err := compare.Load(*replot)
+		if err != nil {
+			return err
+		}
+		return rep.Write(*replot, "(not recorded)")
 	}
 	ccfg, err := cluster.LoadConfig(*clusterCfg)
 	if err != nil {

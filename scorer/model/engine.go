@@ -193,7 +193,8 @@ func (e *Engine) Tokenize(instruction, query string, docs []string, opt scorer.T
 // Forward scores every item of every group in one packed pass: each distinct prefix is computed
 // once (or taken from the prefix cache), every item runs against its prefix's KV. Logits[i] is
 // logit("yes") − logit("no"); items marked TooLong (or with no tokens) get 0 and are not scored.
-func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (stats scorer.ForwardStats, err error) {
+func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.ForwardStats, error) {
+	var stats scorer.ForwardStats
 	start := time.Now()
 	qg := make([]*qwen.Group, len(groups))
 	for i, g := range groups {
@@ -210,12 +211,13 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (stats sco
 		g.PrefixCached = false
 	}
 	// The pass is one cache epoch: a prefix it computes is reserved now, filled and published
-	// only if the whole pass succeeds, and dropped on any error or cancellation.
+	// only if the whole pass succeeds, and dropped on any error, cancellation or panic.
 	var res []*prefixcache.Reservation
+	succeeded := false
 	if e.cache != nil {
 		ep := e.cache.Begin()
 		defer func() {
-			if err != nil {
+			if !succeeded {
 				ep.Abort()
 				return
 			}
@@ -269,6 +271,7 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (stats sco
 			}
 		}
 	}
+	succeeded = true
 	stats.Duration = time.Since(start)
 	stats.PrefixTokens = st.PrefixTokens
 	// Reused: prefix tokens not computed, from the cache or shared with another group of the

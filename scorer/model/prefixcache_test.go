@@ -117,12 +117,14 @@ func TestPrefixCacheFailedPass(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		cancel  bool // cancel the pass's context instead of failing
+		panics  bool // panic in the pass (a kernel bug) instead of failing
 		atLayer int
 		wantErr error
 	}{
 		{name: "failure at layer 1", atLayer: 1, wantErr: errInjected},
 		{name: "failure at last layer", atLayer: -1, wantErr: errInjected},
 		{name: "cancelled at layer 1", cancel: true, atLayer: 1, wantErr: context.Canceled},
+		{name: "panic at layer 2", panics: true, atLayer: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := load(t, dir, Options{PrefixCacheBytes: 64 << 20})
@@ -157,14 +159,26 @@ func TestPrefixCacheFailedPass(t *testing.T) {
 				if otherEpochSees() {
 					t.Errorf("at layer %d: another epoch sees the prefix being computed", l)
 				}
-				if tc.cancel {
+				switch {
+				case tc.cancel:
 					cancel()
 					return nil
+				case tc.panics:
+					panic(errInjected)
 				}
 				return errInjected
 			}
-			_, err := e.Forward(ctx, gs)
-			if !hooked || !errors.Is(err, tc.wantErr) {
+			var recovered any
+			err := func() error {
+				defer func() { recovered = recover() }()
+				_, err := e.Forward(ctx, gs)
+				return err
+			}()
+			if tc.panics {
+				if recovered != errInjected {
+					t.Fatalf("Forward: recovered %v, want the injected panic", recovered)
+				}
+			} else if !hooked || !errors.Is(err, tc.wantErr) {
 				t.Fatalf("Forward: hook ran %v, err %v, want %v", hooked, err, tc.wantErr)
 			}
 			if s, _ := e.PrefixCacheStats(); s.Entries != 0 || s.Pending != 0 || s.Bytes != 0 || s.Hits != 0 {

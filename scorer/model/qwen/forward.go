@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/relevance-scoring/relevance/kernels"
@@ -167,6 +168,7 @@ func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]
 	}
 
 	eps := float32(cfg.RMSNormEps)
+	qd, kvd := nh*cfg.HeadDim, nkv*cfg.HeadDim
 	for l := range m.Layers {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -180,19 +182,25 @@ func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]
 		final := l == len(m.Layers)-1
 
 		// Attention block.
-		kernels.RMSNorm(b.xn, x, layer.InputNorm, T, eps)
+		parallelRows(T, func(r0, r1 int) {
+			kernels.RMSNorm(b.xn[r0*H:r1*H], x[r0*H:r1*H], layer.InputNorm, r1-r0, eps)
+		})
 		kernels.Linear(b.q, b.xn, T, layer.Q)
 		kernels.Linear(b.k, b.xn, T, layer.K)
 		kernels.Linear(b.v, b.xn, T, layer.V)
-		addBias(b.q, layer.QBias, T)
-		addBias(b.k, layer.KBias, T)
-		addBias(b.v, layer.VBias, T)
-		if layer.QNorm != nil {
-			kernels.RMSNorm(b.q, b.q, layer.QNorm, T*nh, eps)
-			kernels.RMSNorm(b.k, b.k, layer.KNorm, T*nkv, eps)
-		}
-		kernels.ApplyRoPE(b.q, pos, nh, m.rope)
-		kernels.ApplyRoPE(b.k, pos, nkv, m.rope)
+		parallelRows(T, func(r0, r1 int) {
+			n := r1 - r0
+			q, k, v := b.q[r0*qd:r1*qd], b.k[r0*kvd:r1*kvd], b.v[r0*kvd:r1*kvd]
+			addBias(q, layer.QBias, n)
+			addBias(k, layer.KBias, n)
+			addBias(v, layer.VBias, n)
+			if layer.QNorm != nil {
+				kernels.RMSNorm(q, q, layer.QNorm, n*nh, eps)
+				kernels.RMSNorm(k, k, layer.KNorm, n*nkv, eps)
+			}
+			kernels.ApplyRoPE(q, pos[r0:r1], nh, m.rope)
+			kernels.ApplyRoPE(k, pos[r0:r1], nkv, m.rope)
+		})
 
 		t0 := time.Now()
 		// In the last layer the prefixes' outputs feed nothing (their K/V are already made).
@@ -208,13 +216,13 @@ func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]
 				copy(ax[j*qd:(j+1)*qd], b.attn[r*qd:(r+1)*qd])
 				copy(xs[j*H:(j+1)*H], x[r*H:(r+1)*H])
 			}
-			if err := m.block(b, layer, xs, ax, n, st); err != nil {
+			if err := m.block(b, layer, xs, ax, n, true, st); err != nil {
 				return nil, fmt.Errorf("layer %d: %w", l, err)
 			}
 			x = xs
 			break
 		}
-		if err := m.block(b, layer, x, b.attn, T, st); err != nil {
+		if err := m.block(b, layer, x, b.attn, T, false, st); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", l, err)
 		}
 	}
@@ -244,21 +252,26 @@ func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]
 
 // block finishes a layer for rows rows of the residual stream x given their attention output
 // attn: output projection and residual, then the feed-forward (dense MLP or MoE) and residual.
-func (m *Model) block(b *buffers, layer *Layer, x, attn []float32, rows int, st *Stats) error {
+// head is set for the last layer, which runs only the head's rows.
+func (m *Model) block(b *buffers, layer *Layer, x, attn []float32, rows int, head bool, st *Stats) error {
 	H := m.Config.HiddenSize
 	o, xn := b.o[:rows*H], b.xn[:rows*H]
 	kernels.Linear(o, attn, rows, layer.O)
-	addBias(o, layer.OBias, rows)
-	addTo(x, o)
-	kernels.RMSNorm(xn, x, layer.PostNorm, rows, float32(m.Config.RMSNormEps))
+	eps := float32(m.Config.RMSNormEps)
+	parallelRows(rows, func(r0, r1 int) {
+		o, x := o[r0*H:r1*H], x[r0*H:r1*H]
+		addBias(o, layer.OBias, r1-r0)
+		addTo(x, o)
+		kernels.RMSNorm(xn[r0*H:r1*H], x, layer.PostNorm, r1-r0, eps)
+	})
 	if layer.Sparse {
-		if err := m.moe(b, layer, rows, st); err != nil {
+		if err := m.moe(b, layer, rows, head, st); err != nil {
 			return err
 		}
 	} else {
 		mlp(o, xn, rows, layer.Gate, layer.Up, layer.Down, b.g, b.u)
 	}
-	addTo(x, o)
+	parallelRows(rows, func(r0, r1 int) { addTo(x[r0*H:r1*H], o[r0*H:r1*H]) })
 	return nil
 }
 
@@ -317,7 +330,11 @@ func (m *Model) attention(b *buffers, groups []*Group, spans []span, l, prefixRo
 // moe writes the sparse block's output for b.xn into b.o: route each token (softmax over all
 // experts in f32, top-k, optional renormalisation), group the tokens of each expert, run the
 // grouped expert kernel, and add the gated shared expert (Qwen2-MoE).
-func (m *Model) moe(b *buffers, layer *Layer, T int, st *Stats) error {
+//
+// The last layer (head set) runs only one row per item: a few rows per expert, which whole-tile
+// variants would pad to 64 or 128 each (padding ratios of 20 and more on the small preset), so
+// it always uses the exact-rows variant.
+func (m *Model) moe(b *buffers, layer *Layer, T int, head bool, st *Stats) error {
 	cfg := m.Config
 	H, E, k := cfg.HiddenSize, cfg.NumExperts, cfg.NumExpertsPerTok
 	xn, o := b.xn[:T*H], b.o[:T*H]
@@ -328,22 +345,29 @@ func (m *Model) moe(b *buffers, layer *Layer, T int, st *Stats) error {
 		r.Tokens[e] = r.Tokens[e][:0]
 		r.Weights[e] = r.Weights[e][:0]
 	}
-	idx, w := b.topIdx, b.topW
-	for t := 0; t < T; t++ {
-		p := b.router[t*E : (t+1)*E]
-		kernels.Softmax(p)
-		kernels.TopK(p, k, idx, w)
-		var sum float32
-		for _, v := range w {
-			sum += v
-		}
-		for j, e := range idx {
-			v := w[j]
+	// Each token's top-k (rows in parallel), then the grouping by expert in token order.
+	idx, w := b.topIdx[:T*k], b.topW[:T*k]
+	parallelRows(T, func(t0, t1 int) {
+		for t := t0; t < t1; t++ {
+			p := b.router[t*E : (t+1)*E]
+			kernels.Softmax(p)
+			tw := w[t*k : (t+1)*k]
+			kernels.TopK(p, k, idx[t*k:(t+1)*k], tw)
 			if cfg.NormTopKProb {
-				v /= sum
+				var sum float32
+				for _, v := range tw {
+					sum += v
+				}
+				for j := range tw {
+					tw[j] /= sum
+				}
 			}
+		}
+	})
+	for t := 0; t < T; t++ {
+		for j, e := range idx[t*k : (t+1)*k] {
 			r.Tokens[e] = append(r.Tokens[e], int32(t))
-			r.Weights[e] = append(r.Weights[e], v)
+			r.Weights[e] = append(r.Weights[e], w[t*k+j])
 		}
 	}
 	t1 := time.Now()
@@ -351,9 +375,13 @@ func (m *Model) moe(b *buffers, layer *Layer, T int, st *Stats) error {
 
 	clear(o)
 	var ms kernels.MoEStats
-	if m.MoE != nil {
+	runner := m.MoE
+	if head {
+		runner = headMoE
+	}
+	if runner != nil {
 		var err error
-		if ms, err = m.MoE.Run(o, xn, H, layer.Experts, r); err != nil {
+		if ms, err = runner.Run(o, xn, H, layer.Experts, r); err != nil {
 			return fmt.Errorf("moe: %w", err)
 		}
 	} else {
@@ -377,14 +405,42 @@ func (m *Model) moe(b *buffers, layer *Layer, T int, st *Stats) error {
 	return nil
 }
 
+// headMoE runs the last layer's experts (see Model.moe).
+var headMoE = kernels.NewMoERunner(kernels.MoEPolicy{Kind: kernels.PolicyFixed, Variant: kernels.VariantExact})
+
 // mlp writes down(silu(gate(x))·up(x)) for T rows into out, using g and u as scratch.
 func mlp(out, x []float32, T int, gate, up, down *kernels.Weight, g, u []float32) {
 	I := gate.N
 	g, u = g[:T*I], u[:T*I]
 	kernels.Linear(g, x, T, gate)
 	kernels.Linear(u, x, T, up)
-	kernels.SiLUMul(g, g, u)
+	parallelRows(T, func(r0, r1 int) { kernels.SiLUMul(g[r0*I:r1*I], g[r0*I:r1*I], u[r0*I:r1*I]) })
 	kernels.Linear(out, g, T, down)
+}
+
+// parallelRowsMin is the fewest rows worth a goroutine of their own for the element-wise steps.
+const parallelRowsMin = 64
+
+// parallelRows runs f over [0, n) split into contiguous row ranges, one per kernel thread, and
+// waits. The element-wise steps between the kernels (norms, RoPE, SiLU·mul, residual adds,
+// routing) are a few percent of a pass and would otherwise keep one core idle.
+func parallelRows(n int, f func(r0, r1 int)) {
+	t := min(kernels.Threads(), n/parallelRowsMin)
+	if t <= 1 {
+		f(0, n)
+		return
+	}
+	chunk := (n + t - 1) / t
+	var wg sync.WaitGroup
+	for r0 := chunk; r0 < n; r0 += chunk {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(r0, min(r0+chunk, n))
+		}()
+	}
+	f(0, chunk)
+	wg.Wait()
 }
 
 func addBias(x, bias []float32, rows int) {
@@ -471,8 +527,8 @@ func (b *buffers) reset(cfg *Config, T int) *buffers {
 		if len(b.routing.Tokens) != cfg.NumExperts {
 			b.routing = kernels.Routing{Tokens: make([][]int32, cfg.NumExperts), Weights: make([][]float32, cfg.NumExperts)}
 		}
-		grow(&b.topIdx, cfg.NumExpertsPerTok)
-		grow(&b.topW, cfg.NumExpertsPerTok)
+		grow(&b.topIdx, T*cfg.NumExpertsPerTok)
+		grow(&b.topW, T*cfg.NumExpertsPerTok)
 	}
 	if cfg.HasSharedExpert() {
 		S := cfg.SharedExpertIntermediateSize
