@@ -48,7 +48,7 @@ run: build
 	./$(BIN)/bench cluster --config configs/local.yaml
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./kernels/... ./tokenizer/... ./proxy/... ./scorer/... | tee bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./kernels/... ./tokenizer/... ./proxy/... ./scorer/... ./bench/... | tee bench.txt
 
 clean:
 	rm -rf $(BIN) .cache
