@@ -68,7 +68,8 @@ type RouteConfig struct {
 	// Strategy is "least_loaded" (default), "round_robin" or "random".
 	Strategy string `yaml:"strategy" json:"strategy"`
 	// FullScanMax: least_loaded scans all candidates up to this many, then uses the power of two
-	// choices. Default 8.
+	// choices. Default 64: a scan of 16–64 atomic loads costs well under a microsecond, and two
+	// random choices at 16 nodes queued batches behind busy nodes while others were idle.
 	FullScanMax int `yaml:"full_scan_max" json:"full_scan_max"`
 }
 
@@ -152,6 +153,10 @@ const (
 	TokensExact    = "exact"
 )
 
+// DefaultPrior is the calibrated cost profile of the default `small` model (qwen3_moe, seed 1)
+// on one CPU thread: bench/results/profile-small.json.
+var DefaultPrior = costmodel.Coeffs{A: 6.68294096676272e-4, B: 3.793320296160167e-7, C: 0.13838811873546172}
+
 // DefaultConfig is the configuration with every default filled in and no nodes.
 func DefaultConfig() Config {
 	return Config{
@@ -164,8 +169,10 @@ func DefaultConfig() Config {
 		Admission: AdmissionConfig{Headroom: 1, MinSamples: 10},
 		Cost: CostConfig{
 			TokenCounter: TokensEstimate,
-			// Order of magnitude of a small reranker on a few CPU cores; learned away quickly.
-			Prior:      costmodel.Coeffs{A: 2e-5, B: 2e-9, C: 1e-3},
+			// The calibrated profile of the default `small` model, one thread per node
+			// (bench/results/profile-small.json), so that `make run` and a fresh deployment of
+			// the default model start from the right cost; learned per node from the replies.
+			Prior:      DefaultPrior,
 			Forgetting: 0.99,
 		},
 		Limits:           LimitsConfig{MaxItems: 1000, MaxItemBytes: 32 << 10, MaxQueryBytes: 8 << 10},
@@ -263,9 +270,10 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Cost.Prior.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("proxy.cost.prior: %w", err))
-	} else if c.Cost.Prior.A <= 0 || c.Cost.Prior.B <= 0 || c.Cost.Prior.C <= 0 {
-		// The learner scales each prior coefficient; a zero one could never be learned.
-		bad("cost.prior", "every coefficient must be > 0", c.Cost.Prior)
+	} else if c.Cost.Prior.A == 0 && c.Cost.Prior.B == 0 && c.Cost.Prior.C == 0 {
+		// A zero coefficient is fine (a non-negative fit returns them; the learner can still
+		// learn it), but all zero predicts that every batch is free.
+		bad("cost.prior", "coefficients must not all be 0", c.Cost.Prior)
 	}
 	if !(c.Cost.Forgetting > 0 && c.Cost.Forgetting <= 1) {
 		bad("cost.forgetting", "must be in (0, 1]", c.Cost.Forgetting)

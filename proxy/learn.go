@@ -10,18 +10,23 @@ import (
 // each batch it answers.
 //
 // Method: recursive least squares with exponential forgetting and Huber weights, on multipliers
-// of the prior. The model is y = Σ_k m_k·prior_k·x_k, so the unknowns m start at 1 and share one
-// scale (the raw features span 1 to 1e8). Each sample is divided by its prior prediction, making
+// of the prior. The model is y = Σ_k m_k·basis_k·x_k with basis = the prior, so the unknowns m
+// start at 1 and share one scale (the raw features span 1 to 1e8). A prior coefficient of 0 (a
+// non-negative fit may return one) gets a basis of a tenth of the prior's reference batch time
+// spread over that feature, and its multiplier starts at 0: the estimate starts at the prior and
+// the coefficient can still be learned if the node shows it. Each sample is divided by its prior prediction, making
 // residuals relative: node timing noise is multiplicative, and a 2 ms jitter on a 1 ms batch must
 // not weigh like one on a 1 s batch. A sample whose relative residual r exceeds k·s (k = 1.345,
 // s a running mean of |r|) gets weight k·s/|r| (Huber), so a GC pause or a noisy neighbour moves
 // the estimate by a bounded amount. Forgetting λ (default 0.99: ~100 batches) tracks drift; P is
 // capped so that it does not blow up while the features stop varying. Directions the data never
-// excites stay at the prior. Multipliers are clamped to [1e-3, 1e3] so predictions stay positive.
+// excites stay at the prior. Multipliers are clamped to [1e-3, 1e3] (to [0, 1e3] for a zero
+// prior) so predictions stay positive.
 //
 // Not safe for concurrent use: the node guards it.
 type learner struct {
-	prior  costmodel.Coeffs
+	basis  [3]float64 // scale of each coefficient: the prior's, or a stand-in for a zero prior
+	lo     [3]float64 // lower clamp of each multiplier
 	lambda float64
 	m      [3]float64
 	p      [3][3]float64
@@ -36,8 +41,17 @@ const (
 )
 
 func newLearner(prior costmodel.Coeffs, lambda float64) *learner {
-	l := &learner{prior: prior, lambda: lambda, m: [3]float64{1, 1, 1}, scale: 0.5}
-	for i := range 3 {
+	l := &learner{lambda: lambda, scale: 0.5}
+	ref := prior.Seconds(refFeatures)
+	if !(ref > 0) {
+		ref = 1 // all zero (Config.Validate rejects it): learn from scratch
+	}
+	refX := [3]float64{refFeatures.Tokens, refFeatures.Pairs, refFeatures.Batches}
+	for i, c := range [3]float64{prior.A, prior.B, prior.C} {
+		l.basis[i], l.m[i], l.lo[i] = c, 1, 1e-3
+		if !(c > 0) {
+			l.basis[i], l.m[i], l.lo[i] = 0.1*ref/refX[i], 0, 0
+		}
 		l.p[i][i] = pInit
 	}
 	return l
@@ -45,12 +59,12 @@ func newLearner(prior costmodel.Coeffs, lambda float64) *learner {
 
 // coeffs is the current estimate.
 func (l *learner) coeffs() costmodel.Coeffs {
-	return costmodel.Coeffs{A: l.prior.A * l.m[0], B: l.prior.B * l.m[1], C: l.prior.C * l.m[2]}
+	return costmodel.Coeffs{A: l.basis[0] * l.m[0], B: l.basis[1] * l.m[1], C: l.basis[2] * l.m[2]}
 }
 
 // observe learns from one batch that took y seconds of compute.
 func (l *learner) observe(f costmodel.Features, y float64) {
-	x := [3]float64{l.prior.A * f.Tokens, l.prior.B * f.Pairs, l.prior.C * f.Batches}
+	x := [3]float64{l.basis[0] * f.Tokens, l.basis[1] * f.Pairs, l.basis[2] * f.Batches}
 	y0 := x[0] + x[1] + x[2]
 	if !(y0 > 0) || !(y >= 0) || math.IsInf(y, 0) {
 		return
@@ -82,7 +96,7 @@ func (l *learner) observe(f costmodel.Features, y float64) {
 	var k [3]float64
 	for i := range 3 {
 		k[i] = px[i] / den
-		l.m[i] = math.Min(1e3, math.Max(1e-3, l.m[i]+k[i]*r))
+		l.m[i] = math.Min(1e3, math.Max(l.lo[i], l.m[i]+k[i]*r))
 	}
 	for i := range 3 {
 		for j := range 3 {

@@ -59,3 +59,26 @@ func TestLearnerIgnoresGarbage(t *testing.T) {
 		t.Errorf("garbage moved the estimate: %+v after %d samples", l.coeffs(), l.n)
 	}
 }
+
+// TestLearnerZeroPrior: a zero prior coefficient (a non-negative fit may return one) starts the
+// estimate at zero for it and is still learned when the node's times show it.
+func TestLearnerZeroPrior(t *testing.T) {
+	truth := costmodel.Coeffs{A: 6e-4, B: 4e-7, C: 0.14}
+	l := newLearner(costmodel.Coeffs{A: 6e-4, B: 0, C: 0.14}, 0.99)
+	if got := l.coeffs(); got.B != 0 || got.A != 6e-4 || got.C != 0.14 {
+		t.Fatalf("start %+v, want the prior", got)
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	for range 400 {
+		items := make([]int, 1+r.IntN(16))
+		for i := range items {
+			items[i] = 20 + r.IntN(600)
+		}
+		f := costmodel.BatchFeatures(20+r.IntN(200), items, false)
+		l.observe(f, truth.Seconds(f))
+	}
+	got := l.coeffs()
+	if math.Abs(got.B/truth.B-1) > 0.1 {
+		t.Errorf("learned b = %.3g, truth %.3g (coeffs %+v)", got.B, truth.B, got)
+	}
+}

@@ -29,6 +29,8 @@ type node struct {
 
 	healthy     atomic.Bool
 	inflight    atomicFloat  // estimated seconds of this proxy's batches on the node
+	finish      atomicFloat  // projected time (clock seconds) the node is done with them
+	chargeMu    sync.Mutex   // orders charge, uncharge and settle; readers use the atomics
 	calls       atomic.Int64 // this proxy's calls in flight (for draining on removal)
 	ext         atomic.Pointer[extLoad]
 	coeffs      atomic.Pointer[costmodel.Coeffs]
@@ -77,14 +79,54 @@ func newNode(addr string, cfg Config, onState func(addr string, to gobreaker.Sta
 	return n, nil
 }
 
-// load is the node's outstanding estimated work in seconds: this proxy's in-flight batches plus
-// the rest of the backlog the node last reported, minus what it has drained since.
+// load is the node's outstanding estimated work in seconds: what is left of this proxy's
+// in-flight batches plus the rest of the backlog the node last reported, minus what it has
+// drained since.
+//
+// "What is left" is the projected finish time minus now, not the sum of the batches' charges:
+// a node 5 ms from done must look less loaded than one that has just started the same batch.
+// With charges alone, least_loaded could not tell them apart and lost to round robin (which
+// picks the node it fed longest ago) at 50–70 % load; see route's TestLeastLoadedScanBeats….
 func (n *node) load(now time.Time) float64 {
-	l := n.inflight.Load()
+	l := math.Max(0, n.finish.Load()-clock(now))
 	if e := n.ext.Load(); e != nil {
 		l += math.Max(0, e.seconds-now.Sub(e.at).Seconds())
 	}
 	return l
+}
+
+// clockEpoch makes clock readings small floats (full precision) on the monotonic clock.
+var clockEpoch = time.Now()
+
+// clock is t in seconds since clockEpoch.
+func clock(t time.Time) float64 { return t.Sub(clockEpoch).Seconds() }
+
+// charge adds a picked batch of predicted seconds: the node will be busy that much longer
+// after its current projected finish (or after now, when idle).
+func (n *node) charge(now time.Time, predicted float64) {
+	n.chargeMu.Lock()
+	n.inflight.Add(predicted)
+	n.finish.Store(math.Max(n.finish.Load(), clock(now)) + predicted)
+	n.chargeMu.Unlock()
+}
+
+// uncharge takes back a charge whose batch was never sent.
+func (n *node) uncharge(predicted float64) {
+	n.chargeMu.Lock()
+	n.inflight.Add(-predicted)
+	n.finish.Store(n.finish.Load() - predicted)
+	n.chargeMu.Unlock()
+}
+
+// settle releases a batch whose call has returned (answered, failed or cancelled) and
+// reconciles the projection with what just happened: the node is done with that batch now,
+// early or late, and what remains is the predicted cost of the batches still out. So a node's
+// noise does not accumulate in its projection and every reply corrects it.
+func (n *node) settle(now time.Time, predicted float64) {
+	n.chargeMu.Lock()
+	n.inflight.Add(-predicted)
+	n.finish.Store(clock(now) + math.Max(0, n.inflight.Load()))
+	n.chargeMu.Unlock()
 }
 
 // scale is the node's time for one second of reference work under ref.
@@ -184,3 +226,5 @@ func (f *atomicFloat) Add(d float64) {
 		}
 	}
 }
+
+func (f *atomicFloat) Store(v float64) { f.bits.Store(math.Float64bits(v)) }

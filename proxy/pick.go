@@ -71,9 +71,10 @@ type lease struct {
 
 func newLease(n *node, done func(error), pl *batchPlan) *lease {
 	c := *n.coeffs.Load()
+	now := time.Now()
 	l := &lease{n: n, done: done, coeffs: c, predicted: c.Seconds(pl.feats)}
-	l.expected = n.load(time.Now()) + l.predicted
-	n.inflight.Add(l.predicted)
+	l.expected = n.load(now) + l.predicted
+	n.charge(now, l.predicted)
 	n.calls.Add(1)
 	return l
 }
@@ -82,7 +83,7 @@ func newLease(n *node, done func(error), pl *batchPlan) *lease {
 // breaker permit (uncounted).
 func (l *lease) release() {
 	n := l.n
-	n.inflight.Add(-l.predicted)
+	n.uncharge(l.predicted)
 	if l.done != nil {
 		l.done(errExcluded)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os/exec"
 	"strings"
@@ -47,6 +48,9 @@ func testConfig(addrs []string) Config {
 	cfg.SLO = 10 * time.Second
 	cfg.Split.MaxBatchItems = 8
 	cfg.Breaker.ConsecutiveFailures = 3
+	// The fake nodes are fast (tens of microseconds per token, about a millisecond per batch):
+	// start near them, not at the default small model's calibrated CPU cost.
+	cfg.Cost.Prior = costmodel.Coeffs{A: 2e-5, B: 2e-9, C: 1e-3}
 	return cfg
 }
 
@@ -716,7 +720,12 @@ func TestConfigValidate(t *testing.T) {
 		{"route", func(c *Config) { c.Route.Strategy = "x" }, `proxy.route.strategy`},
 		{"max batch", func(c *Config) { c.Split.MaxBatchItems = -3 }, "proxy.split.max_batch_items: must be > 0, got -3"},
 		{"slo", func(c *Config) { c.SLO = 0 }, "proxy.slo: must be > 0, got 0s"},
-		{"prior", func(c *Config) { c.Cost.Prior.B = 0 }, "proxy.cost.prior: every coefficient must be > 0"},
+		// A non-negative least-squares fit may return a zero coefficient (the wall-clock profile
+		// has b = 0): valid. All zero, negative or NaN is not.
+		{"prior zero b", func(c *Config) { c.Cost.Prior.B = 0 }, ""},
+		{"prior all zero", func(c *Config) { c.Cost.Prior = costmodel.Coeffs{} }, "proxy.cost.prior: coefficients must not all be 0"},
+		{"prior negative", func(c *Config) { c.Cost.Prior.A = -1 }, "proxy.cost.prior: cost coefficient a"},
+		{"prior NaN", func(c *Config) { c.Cost.Prior.C = math.NaN() }, "proxy.cost.prior: cost coefficient c"},
 		{"counter", func(c *Config) { c.Cost.TokenCounter = "bpe" }, "proxy.cost.token_counter"},
 		{"partial", func(c *Config) { c.OnPartialFailure = "maybe" }, "proxy.on_partial_failure"},
 		{"budget", func(c *Config) { c.Retry.BudgetRatio = 2 }, "proxy.retry.budget_ratio: must be in [0, 1], got 2"},

@@ -395,7 +395,7 @@ func (p *Proxy) call(ctx context.Context, l *lease, pl *batchPlan) (*relevancev1
 	t0 := time.Now()
 	resp, err := n.client.ScoreBatch(ctx, pl.req)
 	el := time.Since(t0)
-	n.inflight.Add(-l.predicted)
+	n.settle(time.Now(), l.predicted)
 	if err == nil {
 		err = checkReply(resp, len(pl.req.GetItems()))
 	}

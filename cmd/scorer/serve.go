@@ -167,6 +167,7 @@ func engineLoader(cfg node.Config, reg prometheus.Registerer, log *slog.Logger) 
 				Threads:          cfg.Threads,
 				MoEPolicy:        cfg.MoEPolicy,
 				PrefixCacheBytes: cfg.PrefixCacheBytes,
+				Registerer:       reg,
 			})
 			ch <- result{e, err}
 		}()

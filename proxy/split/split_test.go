@@ -230,3 +230,46 @@ func TestNonFiniteInputs(t *testing.T) {
 		}
 	}
 }
+
+// profileSmall is the calibrated small-model profile (bench/results/profile-small.json): the
+// per-batch overhead c dwarfs the work of a short item.
+var profileSmall = costmodel.Coeffs{A: 6.68294096676272e-4, B: 3.793320296160167e-7, C: 0.13838811873546172}
+
+// TestCostDoesNotOverSplit: short items under a dominant per-batch overhead. Cutting 16 items of
+// ~16 tokens into one batch each would shorten this request's idle makespan by ~15 % but cost
+// the cluster ~3.4× the work of 4 chunks of 4, so at load it saturates at a third of its
+// capacity. The splitter must not buy a little latency with that much capacity, idle or busy.
+func TestCostDoesNotOverSplit(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, tc := range []struct {
+		name    string
+		backlog float64
+	}{{"idle", 0}, {"busy", 0.5}} {
+		t.Run(tc.name, func(t *testing.T) {
+			for trial := range 20 {
+				items := make([]int, 8+r.IntN(17))
+				for i := range items {
+					items[i] = int(math.Min(300, math.Max(6, 16*math.Exp(0.7*r.NormFloat64()))))
+				}
+				nodes := make([]split.Node, 16)
+				for i := range nodes {
+					nodes[i].Backlog = tc.backlog * r.Float64()
+				}
+				in := split.Input{PrefixTokens: 70, ItemTokens: items, Coeffs: profileSmall, Nodes: nodes, MaxBatchItems: 4}
+				work := func(bs []split.Batch) float64 {
+					var w float64
+					for _, b := range bs {
+						w += b.Cost
+					}
+					return w
+				}
+				got, base := cost.New().Split(in), fixed.New().Split(in)
+				checkCover(t, "cost", len(items), 4, got)
+				if len(got) > len(base) || work(got) > 1.01*work(base) {
+					t.Fatalf("trial %d (%d items): cost split makes %d batches (%.3fs of work), fixed chunks %d (%.3fs)",
+						trial, len(items), len(got), work(got), len(base), work(base))
+				}
+			}
+		})
+	}
+}

@@ -14,7 +14,7 @@ import "github.com/relevance-scoring/relevance/proxy/route"
 const Type = "least_loaded"
 
 // DefaultFullScanMax is the largest candidate count scanned in full.
-const DefaultFullScanMax = 8
+const DefaultFullScanMax = 64
 
 // Picker picks the least loaded.
 type Picker struct {
