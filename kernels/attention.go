@@ -40,6 +40,9 @@ const attnRowBlock = 64
 //	m = max(m₁, m₂),  out = (e^{m₁-m}·o₁ + e^{m₂-m}·o₂) / (e^{m₁-m}·l₁ + e^{m₂-m}·l₂).
 //
 // Both parts run on the GEMM kernels (gemmRows) with the work spread over Threads() goroutines.
+// The keys and values are packed straight into the GEMM's panel layout in buffers of a pooled
+// per-call state, so a steady stream of calls allocates nothing on one thread (a few small
+// objects per phase for the extra goroutines on two).
 func Attention(out []float32, a *PrefixAttention) {
 	if err := a.check(len(out)); err != nil {
 		panic("kernels: Attention: " + err.Error())
@@ -49,123 +52,266 @@ func Attention(out []float32, a *PrefixAttention) {
 	if T == 0 {
 		return
 	}
-	H, KVH, hd, P := a.Heads, a.KVHeads, a.HeadDim, a.PrefixLen
-	group := H / KVH
-	qs, kvs := H*hd, KVH*hd
-	workers := max(threads, 1)
-	// The GEMM computes q·k unscaled; a positive scale is folded into the exponentials, anything
-	// else is applied to the scores first (see scaleRow).
-	scale := a.Scale
+	st := attnStatePool.Get().(*attnState)
+	defer func() {
+		st.a, st.out = nil, nil // keep no reference to the caller's data in the pool
+		attnStatePool.Put(st)
+	}()
+	st.setup(out, a)
+	workers := st.workers
 
 	// Phase 0: the keys and values as GEMM weights: per KV head, the prefix K [P×hd] and Vᵀ
 	// [hd×P]; per (sequence, KV head), the sequence's K and Vᵀ.
-	// The row-major copies come from one pooled arena (the weights are dropped on return):
-	// sequence s, KV head g at 2·hd·(T·g + KVH·t0), the prefix's after all of them.
-	arena := getAttnScratch(2 * hd * KVH * (T + P))
-	defer putAttnScratch(arena)
-	prefK := make([]*Weight, KVH)
-	prefV := make([]*Weight, KVH)
-	seqK := make([]*Weight, nSeq*KVH)
-	seqV := make([]*Weight, nSeq*KVH)
-	nPrep := nSeq * KVH
-	if P > 0 {
-		nPrep += KVH
+	nPrep := nSeq * st.KVH
+	if st.P > 0 {
+		nPrep += st.KVH
 	}
-	runQueue(workers, nPrep, func(_, i int) {
-		if i < nSeq*KVH {
-			s, g := i/KVH, i%KVH
-			t0, t1 := a.SeqStarts[s], a.SeqStarts[s+1]
-			if t1 > t0 {
-				buf := arena.s[2*hd*(T*g+t0) : 2*hd*(T*g+t1)]
-				seqK[i], seqV[i] = kvWeights(buf, a.K, a.V, t0, t1, kvs, g*hd, hd)
-			}
-			return
-		}
-		g := i - nSeq*KVH
-		base := 2 * hd * KVH * T
-		buf := arena.s[base+2*hd*P*g : base+2*hd*P*(g+1)]
-		prefK[g], prefV[g] = kvWeights(buf, a.PrefixK, a.PrefixV, 0, P, kvs, g*hd, hd)
-	})
-
+	runQueue(workers, nPrep, st.prepFn)
 	// Phase 1: the prefix part over all queries, (head, row block) items. out receives the
 	// unnormalised o₁; stats the (m₁, l₁) of each (row, head).
-	var stats []float32
-	if P > 0 {
-		stats = make([]float32, 2*T*H)
-		blocks := (T + attnRowBlock - 1) / attnRowBlock
-		runQueue(workers, H*blocks, func(_, i int) {
-			h, b := i/blocks, i%blocks
-			g := h / group
-			r0, r1 := b*attnRowBlock, min((b+1)*attnRowBlock, T)
-			m := r1 - r0
-			sc := getAttnScratch(m * P)
-			defer putAttnScratch(sc)
-			S := sc.s[:m*P]
-			gemmRows(S, P, a.Q[r0*qs+h*hd:], qs, m, prefK[g], 0, P, 0, false)
-			for r := range m {
-				mx, l := softmaxStats(S[r*P:(r+1)*P], scale)
-				stats[2*((r0+r)*H+h)] = mx
-				stats[2*((r0+r)*H+h)+1] = l
-			}
-			gemmRows(out[r0*qs+h*hd:], qs, S, P, m, prefV[g], 0, hd, 0, false)
-		})
+	if st.P > 0 {
+		runQueue(workers, st.H*st.blocks, st.prefixFn)
 	}
-
 	// Phase 2: each sequence's causal part, (sequence, head, row block) items, merged into out.
-	type item struct{ s, h, r0 int }
-	var items []item
-	for s := range nSeq {
+	runQueue(workers, len(st.items), st.seqFn)
+}
+
+// attnItem is one causal work item: rows [r0, r0+attnRowBlock) of sequence s, query head h.
+type attnItem struct{ s, h, r0 int32 }
+
+// attnState is one Attention call's plan and buffers. It is pooled: its slices grow to the
+// largest call seen and are reused, and its work functions are bound once at creation (a
+// method value made per call would be a heap allocation).
+type attnState struct {
+	a                       *PrefixAttention
+	out                     []float32
+	H, KVH, hd, P, group    int
+	qs, kvs, T, nSeq        int
+	blocks, workers         int
+	scale                   float32
+	packed                  bool
+	weights                 []Weight // K of (s, g) at s·KVH+g, then Vᵀ of (s, g), then prefix K of g, prefix Vᵀ of g
+	kvOff                   []int    // offset in kv of weight i's values
+	kv                      []float32
+	stats                   []float32
+	items                   []attnItem
+	work                    [][]float32 // per worker: scores and partial outputs
+	prepFn, prefixFn, seqFn func(worker, i int)
+}
+
+var attnStatePool = sync.Pool{New: func() any {
+	st := &attnState{}
+	st.prepFn, st.prefixFn, st.seqFn = st.prep, st.prefixItem, st.seqItem
+	return st
+}}
+
+// kvSizes is the number of values the GEMM weights K [n×hd] and Vᵀ [hd×n] take: the packed
+// panels of the assembly kernels (whole panels of 32 output features), or row-major.
+func kvSizes(n, hd int, packed bool) (int, int) {
+	if packed {
+		return numPanels(n) * panelWidth * hd, numPanels(hd) * panelWidth * n
+	}
+	return n * hd, n * hd
+}
+
+func (st *attnState) setup(out []float32, a *PrefixAttention) {
+	st.a, st.out = a, out
+	st.H, st.KVH, st.hd, st.P = a.Heads, a.KVHeads, a.HeadDim, a.PrefixLen
+	st.group = st.H / st.KVH
+	st.qs, st.kvs = st.H*st.hd, st.KVH*st.hd
+	st.nSeq = len(a.SeqStarts) - 1
+	st.T = a.SeqStarts[st.nSeq]
+	st.scale = a.Scale
+	st.workers = max(threads, 1)
+	st.packed = packWeights && activeISA() != isaGeneric
+	st.blocks = (st.T + attnRowBlock - 1) / attnRowBlock
+
+	// Weight layout and the values' offsets.
+	nW := 2*st.nSeq*st.KVH + 2*st.KVH
+	if cap(st.weights) < nW {
+		st.weights = make([]Weight, nW)
+		st.kvOff = make([]int, nW+1)
+	}
+	st.weights, st.kvOff = st.weights[:nW], st.kvOff[:nW+1]
+	// Offsets in index order (weight i's values are kv[kvOff[i]:kvOff[i+1]]).
+	maxL := 0
+	for s := range st.nSeq {
+		maxL = max(maxL, a.SeqStarts[s+1]-a.SeqStarts[s])
+	}
+	off := 0
+	for i := range nW {
+		st.kvOff[i] = off
+		n, isV := st.P, i >= 2*st.nSeq*st.KVH+st.KVH
+		if i < 2*st.nSeq*st.KVH {
+			s := (i / st.KVH) % st.nSeq
+			n, isV = a.SeqStarts[s+1]-a.SeqStarts[s], i >= st.nSeq*st.KVH
+		}
+		ks, vs := kvSizes(n, st.hd, st.packed)
+		if isV {
+			ks = vs
+		}
+		off += ks
+	}
+	st.kvOff[nW] = off
+	st.kv = growF32(st.kv, off)
+
+	if st.P > 0 {
+		st.stats = growF32(st.stats, 2*st.T*st.H)
+	}
+	st.items = st.items[:0]
+	for s := range st.nSeq {
 		L := a.SeqStarts[s+1] - a.SeqStarts[s]
-		for h := range H {
+		for h := range st.H {
 			for r0 := 0; r0 < L; r0 += attnRowBlock {
-				items = append(items, item{s, h, r0})
+				st.items = append(st.items, attnItem{int32(s), int32(h), int32(r0)})
 			}
 		}
 	}
-	runQueue(workers, len(items), func(_, i int) {
-		it := items[i]
-		g := it.h / group
-		t0 := a.SeqStarts[it.s]
-		L := a.SeqStarts[it.s+1] - t0
-		r0, r1 := it.r0, min(it.r0+attnRowBlock, L)
-		m := r1 - r0
-		sc := getAttnScratch(m*L + m*hd)
-		defer putAttnScratch(sc)
-		S := sc.s[:m*L]
-		o2 := sc.s[m*L : m*L+m*hd]
-		// Scores of rows r0..r1 against keys 0..r1 (the causal triangle's block); the keys past
-		// each row's own position are zeroed after the exponentials, the rest of the row too,
-		// because the value product runs over all L keys.
-		gemmRows(S, L, a.Q[(t0+r0)*qs+it.h*hd:], qs, m, seqK[it.s*KVH+g], 0, r1, 0, false)
-		var m2, l2 [attnRowBlock]float32
-		for r := range m {
-			row := S[r*L : (r+1)*L]
-			m2[r], l2[r] = softmaxStats(row[:r0+r+1], scale)
-			clear(row[r0+r+1:])
-		}
-		gemmRows(o2, hd, S, L, m, seqV[it.s*KVH+g], 0, hd, 0, false)
-		for r := range m {
-			t := t0 + r0 + r
-			o := out[t*qs+it.h*hd : t*qs+(it.h+1)*hd]
-			ov := o2[r*hd : (r+1)*hd]
-			if P == 0 {
-				inv := 1 / l2[r]
-				for d := range o {
-					o[d] = ov[d] * inv
-				}
-				continue
+	// Per-worker scratch: a prefix item needs rows·P scores, a causal item rows·L scores and
+	// rows·hd outputs.
+	need := attnRowBlock * max(st.P, maxL+st.hd)
+	for len(st.work) < st.workers {
+		st.work = append(st.work, nil)
+	}
+	for w := range st.workers {
+		st.work[w] = growF32(st.work[w], need)
+	}
+}
+
+// Indices into weights (and kvOff) of the K and Vᵀ weights of sequence s or of the prefix.
+func (st *attnState) seqKi(s, g int) int { return s*st.KVH + g }
+func (st *attnState) seqVi(s, g int) int { return (st.nSeq+s)*st.KVH + g }
+func (st *attnState) prefKi(g int) int   { return 2*st.nSeq*st.KVH + g }
+func (st *attnState) prefVi(g int) int   { return 2*st.nSeq*st.KVH + st.KVH + g }
+
+// prep builds work item i of phase 0: the K and Vᵀ weights of one (sequence, KV head), or of
+// the prefix for one KV head.
+func (st *attnState) prep(_, i int) {
+	a := st.a
+	if i < st.nSeq*st.KVH {
+		s, g := i/st.KVH, i%st.KVH
+		t0, t1 := a.SeqStarts[s], a.SeqStarts[s+1]
+		st.kvWeights(st.seqKi(s, g), st.seqVi(s, g), a.K, a.V, t0, t1, g*st.hd)
+		return
+	}
+	g := i - st.nSeq*st.KVH
+	st.kvWeights(st.prefKi(g), st.prefVi(g), a.PrefixK, a.PrefixV, 0, st.P, g*st.hd)
+}
+
+// kvWeights fills the GEMM weights of one KV head over rows [t0, t1) of k and v (row stride
+// kvs, head columns [off, off+hd)): K as [n×hd] (scores = q·Kᵀ) and V transposed as [hd×n]
+// (output = p·V). With the assembly kernels their values are written directly in the packed
+// panel layout (gemm_pack.go), the last panel's unused columns zeroed; otherwise row-major.
+func (st *attnState) kvWeights(ki, vi int, k, v []float32, t0, t1, off int) {
+	n, hd, kvs := t1-t0, st.hd, st.kvs
+	kw, vw := &st.weights[ki], &st.weights[vi]
+	kb, vb := st.kv[st.kvOff[ki]:st.kvOff[ki+1]], st.kv[st.kvOff[vi]:st.kvOff[vi+1]]
+	*kw = Weight{N: n, K: hd, DType: F32}
+	*vw = Weight{N: hd, K: n, DType: F32}
+	if n == 0 {
+		return
+	}
+	if !st.packed {
+		for i := range n {
+			copy(kb[i*hd:(i+1)*hd], k[(t0+i)*kvs+off:(t0+i)*kvs+off+hd])
+			for d, x := range v[(t0+i)*kvs+off : (t0+i)*kvs+off+hd] {
+				vb[d*n+i] = x
 			}
-			m1, l1 := stats[2*(t*H+it.h)], stats[2*(t*H+it.h)+1]
-			mm := max(m1, m2[r])
-			a1 := float32(math.Exp(float64(m1 - mm)))
-			a2 := float32(math.Exp(float64(m2[r] - mm)))
-			inv := 1 / (a1*l1 + a2*l2[r])
-			a1, a2 = a1*inv, a2*inv
+		}
+		kw.f32, vw.f32 = kb, vb
+		return
+	}
+	// K: p32[p·hd·32 + d·32 + c] = K[32p+c, d].
+	for p := range numPanels(n) {
+		panel := kb[p*panelWidth*hd : (p+1)*panelWidth*hd]
+		cols := min(panelWidth, n-p*panelWidth)
+		if cols < panelWidth {
+			clear(panel)
+		}
+		for c := range cols {
+			row := k[(t0+p*panelWidth+c)*kvs+off:]
+			for d := range hd {
+				panel[d*panelWidth+c] = row[d]
+			}
+		}
+	}
+	// Vᵀ: p32[p·n·32 + j·32 + c] = V[j, 32p+c]: 32 contiguous values of V's row per step.
+	for p := range numPanels(hd) {
+		panel := vb[p*panelWidth*n : (p+1)*panelWidth*n]
+		cols := min(panelWidth, hd-p*panelWidth)
+		for j := range n {
+			dst := panel[j*panelWidth : (j+1)*panelWidth]
+			src := v[(t0+j)*kvs+off+p*panelWidth:]
+			copy(dst[:cols], src[:cols])
+			clear(dst[cols:])
+		}
+	}
+	kw.p32, vw.p32 = kb, vb
+}
+
+// prefixItem is work item i of phase 1: one query head over one block of rows against the
+// prefix.
+func (st *attnState) prefixItem(w, i int) {
+	a, P, H, hd, qs := st.a, st.P, st.H, st.hd, st.qs
+	h, b := i/st.blocks, i%st.blocks
+	g := h / st.group
+	r0, r1 := b*attnRowBlock, min((b+1)*attnRowBlock, st.T)
+	m := r1 - r0
+	S := st.work[w][:m*P]
+	gemmRows(S, P, a.Q[r0*qs+h*hd:], qs, m, &st.weights[st.prefKi(g)], 0, P, 0, false)
+	for r := range m {
+		mx, l := softmaxStats(S[r*P:(r+1)*P], st.scale)
+		st.stats[2*((r0+r)*H+h)] = mx
+		st.stats[2*((r0+r)*H+h)+1] = l
+	}
+	gemmRows(st.out[r0*qs+h*hd:], qs, S, P, m, &st.weights[st.prefVi(g)], 0, hd, 0, false)
+}
+
+// seqItem is work item i of phase 2: one block of rows of one sequence and query head against
+// the sequence's own keys (causal), merged with the prefix part already in out.
+func (st *attnState) seqItem(w, i int) {
+	a, P, H, hd, qs := st.a, st.P, st.H, st.hd, st.qs
+	it := st.items[i]
+	s, h := int(it.s), int(it.h)
+	g := h / st.group
+	t0 := a.SeqStarts[s]
+	L := a.SeqStarts[s+1] - t0
+	r0, r1 := int(it.r0), min(int(it.r0)+attnRowBlock, L)
+	m := r1 - r0
+	S := st.work[w][:m*L]
+	o2 := st.work[w][m*L : m*L+m*hd]
+	// Scores of rows r0..r1 against keys 0..r1 (the causal triangle's block); the keys past
+	// each row's own position are zeroed after the exponentials, the rest of the row too,
+	// because the value product runs over all L keys.
+	gemmRows(S, L, a.Q[(t0+r0)*qs+h*hd:], qs, m, &st.weights[st.seqKi(s, g)], 0, r1, 0, false)
+	var m2, l2 [attnRowBlock]float32
+	for r := range m {
+		row := S[r*L : (r+1)*L]
+		m2[r], l2[r] = softmaxStats(row[:r0+r+1], st.scale)
+		clear(row[r0+r+1:])
+	}
+	gemmRows(o2, hd, S, L, m, &st.weights[st.seqVi(s, g)], 0, hd, 0, false)
+	for r := range m {
+		t := t0 + r0 + r
+		o := st.out[t*qs+h*hd : t*qs+(h+1)*hd]
+		ov := o2[r*hd : (r+1)*hd]
+		if P == 0 {
+			inv := 1 / l2[r]
 			for d := range o {
-				o[d] = a1*o[d] + a2*ov[d]
+				o[d] = ov[d] * inv
 			}
+			continue
 		}
-	})
+		m1, l1 := st.stats[2*(t*H+h)], st.stats[2*(t*H+h)+1]
+		mm := max(m1, m2[r])
+		a1 := float32(math.Exp(float64(m1 - mm)))
+		a2 := float32(math.Exp(float64(m2[r] - mm)))
+		inv := 1 / (a1*l1 + a2*l2[r])
+		a1, a2 = a1*inv, a2*inv
+		for d := range o {
+			o[d] = a1*o[d] + a2*ov[d]
+		}
+	}
 }
 
 // softmaxStats replaces the raw scores q·k of one row by exp(scale·s - m) and returns m (the
@@ -181,35 +327,6 @@ func softmaxStats(row []float32, scale float32) (m, l float32) {
 	m = maxF32(row) * scale
 	return m, expScaleSum(row, scale, m)
 }
-
-// kvWeights builds the GEMM weights of one KV head over rows [t0, t1) of k and v (row stride
-// kvs, head columns [off, off+hd)): K as [n×hd] (scores = q·Kᵀ) and V transposed as [hd×n]
-// (output = p·V). Their row-major copies are written to buf (2·n·hd values).
-func kvWeights(buf, k, v []float32, t0, t1, kvs, off, hd int) (*Weight, *Weight) {
-	n := t1 - t0
-	kc := buf[:n*hd]
-	vt := buf[n*hd : 2*n*hd]
-	for i := range n {
-		copy(kc[i*hd:(i+1)*hd], k[(t0+i)*kvs+off:(t0+i)*kvs+off+hd])
-		vr := v[(t0+i)*kvs+off : (t0+i)*kvs+off+hd]
-		for d, x := range vr {
-			vt[d*n+i] = x
-		}
-	}
-	return NewWeightF32(kc, n, hd), NewWeightF32(vt, hd, n)
-}
-
-type attnScratch struct{ s []float32 }
-
-var attnPool = sync.Pool{New: func() any { return &attnScratch{} }}
-
-func getAttnScratch(n int) *attnScratch {
-	sc := attnPool.Get().(*attnScratch)
-	sc.s = growF32(sc.s, n)
-	return sc
-}
-
-func putAttnScratch(sc *attnScratch) { attnPool.Put(sc) }
 
 // check validates the shapes against the slices (outLen is len(out)).
 func (a *PrefixAttention) check(outLen int) error {

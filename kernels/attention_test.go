@@ -127,3 +127,24 @@ func BenchmarkAttention(b *testing.B) {
 		})
 	}
 }
+
+// TestAttentionAllocs checks that repeated calls reuse the pooled state: on one thread a call
+// allocates nothing once the state has grown (the packed K and Vᵀ used to be ~57 MB a pass).
+func TestAttentionAllocs(t *testing.T) {
+	if activeISA() == isaGeneric {
+		t.Skip("the generic reference GEMM allocates a row buffer per call")
+	}
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items")
+	}
+	defer SetThreads(Threads())
+	SetThreads(1)
+	rng := rand.New(rand.NewPCG(3, 4))
+	a := randAttention(rng, 8, 4, 64, 60, []int{140, 37})
+	T := a.SeqStarts[len(a.SeqStarts)-1]
+	out := make([]float32, T*8*64)
+	Attention(out, a)
+	if n := testing.AllocsPerRun(20, func() { Attention(out, a) }); n > 0 {
+		t.Errorf("Attention allocates %.1f objects per call, want 0", n)
+	}
+}

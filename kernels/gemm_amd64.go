@@ -268,9 +268,15 @@ func linearImpl(dst, x []float32, m int, w *Weight, t int) {
 		linearGeneric(dst, x, m, w, t)
 		return
 	}
-	var op gemmOp
+	// The op comes from a pool: the worker closures below capture it, which would move a
+	// local one to the heap on every call, even a one-thread call that starts no worker.
+	op := gemmOpPool.Get().(*gemmOp)
+	defer func() {
+		op.release()
+		*op = gemmOp{} // drop the references to the caller's slices
+		gemmOpPool.Put(op)
+	}()
 	op.prepare(isa, dst, w.N, x, w.K, m, w)
-	defer op.release()
 	mt := microTile(isa, 0)
 	panels := numPanels(w.N)
 	mTiles := (m + mt - 1) / mt
@@ -290,28 +296,24 @@ func linearImpl(dst, x []float32, m int, w *Weight, t int) {
 	tpb := (mTiles + mb - 1) / mb // micro-tiles per row block
 	mb = (mTiles + tpb - 1) / tpb
 	tasks := nb * mb
+	g := linearGrid{mb: mb, ppb: ppb, tpb: tpb, mt: mt, m: m, n: w.N}
 
-	run := func(task int) {
-		ci, ri := task/mb, task%mb
-		c0, c1 := ci*ppb*panelWidth, min((ci+1)*ppb*panelWidth, w.N)
-		r0, r1 := ri*tpb*mt, min((ri+1)*tpb*mt, m)
-		op.block(r0, r1, c0, c1, mt)
-	}
 	workers := min(t, tasks, max(1, 2*m*w.N*w.K/minFlopsPerWorker))
 	if workers <= 1 {
 		for task := 0; task < tasks; task++ {
-			run(task)
+			g.run(op, task)
 		}
 		return
 	}
 	var next atomic.Int64
+	gw := g // captured by the workers (a heap copy only on this path)
 	work := func() {
 		for {
 			task := int(next.Add(1) - 1)
 			if task >= tasks {
 				return
 			}
-			run(task)
+			gw.run(op, task)
 		}
 	}
 	var wg sync.WaitGroup
@@ -324,6 +326,19 @@ func linearImpl(dst, x []float32, m int, w *Weight, t int) {
 	}
 	work()
 	wg.Wait()
+}
+
+var gemmOpPool = sync.Pool{New: func() any { return new(gemmOp) }}
+
+// linearGrid is linearImpl's task grid: task i is column block i/mb (ppb panels) × row block
+// i%mb (tpb micro-tiles of mt rows).
+type linearGrid struct{ mb, ppb, tpb, mt, m, n int }
+
+func (g *linearGrid) run(op *gemmOp, task int) {
+	ci, ri := task/g.mb, task%g.mb
+	c0, c1 := ci*g.ppb*panelWidth, min((ci+1)*g.ppb*panelWidth, g.n)
+	r0, r1 := ri*g.tpb*g.mt, min((ri+1)*g.tpb*g.mt, g.m)
+	op.block(r0, r1, c0, c1, g.mt)
 }
 
 // peakRun runs n iterations of 12 independent register-resident chains — FMA, or VDPBF16PS

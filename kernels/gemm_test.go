@@ -457,3 +457,35 @@ func BenchmarkLinearSmall(b *testing.B) {
 		}
 	}
 }
+
+// TestGemmAllocs checks that Linear and gemmRows on one thread allocate nothing per call (the
+// prepared product used to escape to the heap on every Linear call).
+func TestGemmAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items")
+	}
+	if activeISA() == isaGeneric {
+		t.Skip("the generic reference GEMM allocates a row buffer per call")
+	}
+	defer SetThreads(Threads())
+	SetThreads(1)
+	rng := rand.New(rand.NewPCG(7, 8))
+	const m, n, k = 25, 96, 80
+	x := randVec(rng, m*k)
+	dst := make([]float32, m*n)
+	for _, w := range []*Weight{NewWeightF32(randVec(rng, n*k), n, k), NewWeightBF16(bf16Vec(randVec(rng, n*k)), n, k)} {
+		Linear(dst, x, m, w)
+		if a := testing.AllocsPerRun(10, func() { Linear(dst, x, m, w) }); a > 0 {
+			t.Errorf("%v Linear allocates %.1f objects per call, want 0", w.DType, a)
+		}
+		if a := testing.AllocsPerRun(10, func() { gemmRows(dst, n, x, k, m, w, 0, n, 0, false) }); a > 0 {
+			t.Errorf("%v gemmRows allocates %.1f objects per call, want 0", w.DType, a)
+		}
+	}
+}
+
+func bf16Vec(v []float32) []uint16 {
+	out := make([]uint16, len(v))
+	F32ToBF16(out, v)
+	return out
+}

@@ -107,7 +107,9 @@ const defaultCalibrationBudget = time.Second
 // Run adds the weighted expert outputs for the routed tokens of x ([nTok×hidden]) to out, as MoE
 // documents, with the variant the runner's policy chooses.
 func (r *MoERunner) Run(out, x []float32, hidden int, experts []Expert, rt *Routing) (MoEStats, error) {
-	counts, rows, err := validateMoE(out, x, hidden, experts, rt)
+	sc := r.getScratch()
+	defer r.putScratch(sc)
+	counts, rows, err := validateMoE(sc, out, x, hidden, experts, rt)
 	if err != nil {
 		return MoEStats{}, err
 	}
@@ -119,7 +121,7 @@ func (r *MoERunner) Run(out, x []float32, hidden int, experts []Expert, rt *Rout
 	if err != nil {
 		return MoEStats{}, err
 	}
-	return r.run(st, v, counts, rows, out, x, hidden, experts, rt), nil
+	return runVariant(sc, st, v, counts, rows, out, x, hidden, experts, rt), nil
 }
 
 // RunVariant is Run with the variant given instead of chosen by the policy (benchmarks compare
@@ -128,7 +130,9 @@ func (r *MoERunner) RunVariant(v MoEVariant, out, x []float32, hidden int, exper
 	if v >= numMoEVariants {
 		return MoEStats{}, fmt.Errorf("unknown variant %d", v)
 	}
-	counts, rows, err := validateMoE(out, x, hidden, experts, rt)
+	sc := r.getScratch()
+	defer r.putScratch(sc)
+	counts, rows, err := validateMoE(sc, out, x, hidden, experts, rt)
 	if err != nil {
 		return MoEStats{}, err
 	}
@@ -136,12 +140,10 @@ func (r *MoERunner) RunVariant(v MoEVariant, out, x []float32, hidden int, exper
 	if rows == 0 {
 		return st, nil
 	}
-	return r.run(st, v, counts, rows, out, x, hidden, experts, rt), nil
+	return runVariant(sc, st, v, counts, rows, out, x, hidden, experts, rt), nil
 }
 
-func (r *MoERunner) run(st MoEStats, v MoEVariant, counts []int, rows int, out, x []float32, hidden int, experts []Expert, rt *Routing) MoEStats {
-	sc := r.getScratch()
-	defer r.putScratch(sc)
+func runVariant(sc *moeScratch, st MoEStats, v MoEVariant, counts []int, rows int, out, x []float32, hidden int, experts []Expert, rt *Routing) MoEStats {
 	runGrouped(sc, out, x, hidden, experts, rt, counts, v)
 	st.Variant, st.BlockM, st.Rows = v.String(), v.BlockM(), rows
 	if b := v.BlockM(); b > 0 {
@@ -166,7 +168,7 @@ func (r *MoERunner) getScratch() *moeScratch {
 		r.scratch = r.scratch[:n-1]
 		return sc
 	}
-	return &moeScratch{}
+	return newMoEScratch()
 }
 
 func (r *MoERunner) putScratch(sc *moeScratch) {
@@ -175,8 +177,9 @@ func (r *MoERunner) putScratch(sc *moeScratch) {
 	r.scratch = append(r.scratch, sc)
 }
 
-// validateMoE checks the routing against x and the experts and returns the rows per expert.
-func validateMoE(out, x []float32, hidden int, experts []Expert, rt *Routing) ([]int, int, error) {
+// validateMoE checks the routing against x and the experts and returns the rows per expert (in
+// sc's buffer).
+func validateMoE(sc *moeScratch, out, x []float32, hidden int, experts []Expert, rt *Routing) ([]int, int, error) {
 	if hidden <= 0 {
 		return nil, 0, fmt.Errorf("hidden must be > 0, got %d", hidden)
 	}
@@ -194,7 +197,10 @@ func validateMoE(out, x []float32, hidden int, experts []Expert, rt *Routing) ([
 			len(rt.Tokens), len(rt.Weights), len(experts))
 	}
 	nTok := len(x) / hidden
-	counts := make([]int, len(experts))
+	if cap(sc.counts) < len(experts) {
+		sc.counts = make([]int, len(experts))
+	}
+	counts := sc.counts[:len(experts)]
 	rows := 0
 	for e, toks := range rt.Tokens {
 		if len(rt.Weights[e]) != len(toks) {
@@ -267,8 +273,14 @@ type moeItem struct {
 	n0, n1 int32
 }
 
-// moeScratch holds one call's buffers; they grow to the largest call seen and are reused.
+// moeScratch holds one call's buffers; they grow to the largest call seen and are reused. It
+// also carries the call's operands for the work functions of its phases, which are bound once
+// at creation (a closure or method value made per call would be a heap allocation).
 type moeScratch struct {
+	counts                              []int
+	call                                moeCall
+	packFn, gateUpFn, downFn, combineFn func(worker, i int)
+
 	x        []float32   // packed expert inputs, later the down outputs [rows×H]
 	g        []float32   // activations silu(gate)·up [rows×I]
 	u        [][]float32 // per worker: the up projection of the item being computed [tile×I]
@@ -278,6 +290,69 @@ type moeScratch struct {
 	tokPos   []int32
 	tokW     []float32
 	tokFill  []int32
+}
+
+// moeCall is one runGrouped call's operands.
+type moeCall struct {
+	out, x        []float32
+	hidden, inter int
+	experts       []Expert
+	rt            *Routing
+	counts        []int
+	blockM        int
+	nTok          int
+}
+
+func newMoEScratch() *moeScratch {
+	sc := &moeScratch{}
+	sc.packFn, sc.gateUpFn, sc.downFn, sc.combineFn = sc.pack, sc.gateUp, sc.down, sc.combine
+	return sc
+}
+
+// moeTokChunk is the tokens one combine work item adds up.
+const moeTokChunk = 32
+
+// pack gathers expert e's rows and zeroes its padding rows (they are computed by the block
+// variants; zeros keep them finite and the result independent of earlier calls).
+func (sc *moeScratch) pack(_, e int) {
+	c := &sc.call
+	seg, hidden := sc.segStart, c.hidden
+	xs := sc.x[seg[e]*hidden : seg[e+1]*hidden]
+	for j, t := range c.rt.Tokens[e] {
+		copy(xs[j*hidden:(j+1)*hidden], c.x[int(t)*hidden:(int(t)+1)*hidden])
+	}
+	clear(xs[c.counts[e]*hidden:])
+}
+
+// gateUp runs gate/up work item i.
+func (sc *moeScratch) gateUp(w, i int) {
+	c := &sc.call
+	it := sc.items[i]
+	row := sc.segStart[it.e] + int(it.r0)
+	gateUpItem(&c.experts[it.e], sc.g[row*c.inter:], sc.x[row*c.hidden:], sc.u[w], c.hidden, c.inter,
+		int(it.r1-it.r0), int(it.n0), int(it.n1), c.blockM)
+}
+
+// down runs down work item i, into the packed input buffer (its contents are no longer needed).
+func (sc *moeScratch) down(_, i int) {
+	c := &sc.call
+	it := sc.items[i]
+	row := sc.segStart[it.e] + int(it.r0)
+	downItem(&c.experts[it.e], sc.x[row*c.hidden:], sc.g[row*c.inter:], c.hidden, c.inter,
+		int(it.r1-it.r0), int(it.n0), int(it.n1), c.blockM)
+}
+
+// combine adds up the weighted expert outputs of one chunk of tokens.
+func (sc *moeScratch) combine(_, ch int) {
+	c := &sc.call
+	hidden := c.hidden
+	for t := ch * moeTokChunk; t < min((ch+1)*moeTokChunk, c.nTok); t++ {
+		o := c.out[t*hidden : (t+1)*hidden]
+		for p := sc.tokOff[t]; p < sc.tokOff[t+1]; p++ {
+			r := int(sc.tokPos[p])
+			axpy(o, sc.tokW[p], sc.x[r*hidden:(r+1)*hidden])
+		}
+	}
 }
 
 func growF32(b []float32, n int) []float32 {
@@ -331,15 +406,12 @@ func runGrouped(sc *moeScratch, out, x []float32, hidden int, experts []Expert, 
 		sc.u[w] = growF32(sc.u[w], tile*inter)
 	}
 
-	// Pack: gather each expert's rows, zero its padding rows (they are computed by the block
-	// variants; zeros keep them finite and the result independent of earlier calls).
-	runQueue(workers, nE, func(_, e int) {
-		xs := sc.x[seg[e]*hidden : seg[e+1]*hidden]
-		for j, t := range rt.Tokens[e] {
-			copy(xs[j*hidden:(j+1)*hidden], x[int(t)*hidden:(int(t)+1)*hidden])
-		}
-		clear(xs[counts[e]*hidden:])
-	})
+	nTok := len(x) / hidden
+	sc.call = moeCall{out: out, x: x, hidden: hidden, inter: inter, experts: experts, rt: rt,
+		counts: counts, blockM: blockM, nTok: nTok}
+	defer func() { sc.call = moeCall{} }() // keep no reference to the caller's data
+
+	runQueue(workers, nE, sc.packFn)
 
 	step := exactChunkRows
 	if blockM > 0 {
@@ -349,25 +421,14 @@ func runGrouped(sc *moeScratch, out, x []float32, hidden int, experts []Expert, 
 	// Gate and up, fused per item: both projections of the same rows and columns, then
 	// SiLU·mul while they are in cache.
 	sc.items = planItems(sc.items[:0], counts, step, inter, workers)
-	runQueue(workers, len(sc.items), func(w, i int) {
-		it := sc.items[i]
-		row := seg[it.e] + int(it.r0)
-		gateUpItem(&experts[it.e], sc.g[row*inter:], sc.x[row*hidden:], sc.u[w], hidden, inter,
-			int(it.r1-it.r0), int(it.n0), int(it.n1), blockM)
-	})
+	runQueue(workers, len(sc.items), sc.gateUpFn)
 
-	// Down, into the packed input buffer (its contents are no longer needed).
+	// Down, into the packed input buffer.
 	sc.items = planItems(sc.items[:0], counts, step, hidden, workers)
-	runQueue(workers, len(sc.items), func(_, i int) {
-		it := sc.items[i]
-		row := seg[it.e] + int(it.r0)
-		downItem(&experts[it.e], sc.x[row*hidden:], sc.g[row*inter:], hidden, inter,
-			int(it.r1-it.r0), int(it.n0), int(it.n1), blockM)
-	})
+	runQueue(workers, len(sc.items), sc.downFn)
 
 	// Combine: per token, its experts' rows in expert order, so the sum is deterministic and
 	// adds up in the order the reference does.
-	nTok := len(x) / hidden
 	sc.tokOff = growI32(sc.tokOff, nTok+1)
 	sc.tokFill = growI32(sc.tokFill, nTok)
 	clear(sc.tokOff)
@@ -395,16 +456,7 @@ func runGrouped(sc *moeScratch, out, x []float32, hidden int, experts []Expert, 
 			sc.tokW[p] = rt.Weights[e][j]
 		}
 	}
-	const tokChunk = 32
-	runQueue(workers, (nTok+tokChunk-1)/tokChunk, func(_, c int) {
-		for t := c * tokChunk; t < min((c+1)*tokChunk, nTok); t++ {
-			o := out[t*hidden : (t+1)*hidden]
-			for p := sc.tokOff[t]; p < sc.tokOff[t+1]; p++ {
-				r := int(sc.tokPos[p])
-				axpy(o, sc.tokW[p], sc.x[r*hidden:(r+1)*hidden])
-			}
-		}
-	})
+	runQueue(workers, (nTok+moeTokChunk-1)/moeTokChunk, sc.combineFn)
 }
 
 // planItems appends the work items of one projection: each expert's rows cut in steps of step,

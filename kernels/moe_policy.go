@@ -45,12 +45,20 @@ func (v MoEVariant) BlockM() int {
 	return 0
 }
 
+// String names the variant; the names are constants so that reporting one in MoEStats on every
+// call allocates nothing.
 func (v MoEVariant) String() string {
-	if v == VariantExact {
+	switch v {
+	case VariantBlock128:
+		return "block128"
+	case VariantBlock64:
+		return "block64"
+	case VariantBlock32:
+		return "block32"
+	case VariantBlock16:
+		return "block16"
+	case VariantExact:
 		return "exact"
-	}
-	if b := v.BlockM(); b > 0 {
-		return fmt.Sprintf("block%d", b)
 	}
 	return fmt.Sprintf("variant(%d)", uint8(v))
 }
@@ -96,8 +104,17 @@ func (p MoEPolicy) String() string {
 	case PolicyAuto:
 		return "auto"
 	case PolicyFixed:
-		if b := p.Variant.BlockM(); b > 0 {
-			return fmt.Sprintf("fixed:%d", b)
+		switch p.Variant {
+		case VariantBlock128:
+			return "fixed:128"
+		case VariantBlock64:
+			return "fixed:64"
+		case VariantBlock32:
+			return "fixed:32"
+		case VariantBlock16:
+			return "fixed:16"
+		case VariantExact:
+			return "fixed:exact"
 		}
 		return "fixed:" + p.Variant.String()
 	}

@@ -486,3 +486,46 @@ func FuzzMoE(f *testing.F) {
 		}
 	})
 }
+
+// TestMoERunAllocs checks that a steady stream of MoE calls on one thread allocates nothing
+// once the runner's scratch has grown (it used to take a closure per phase, the counts and the
+// variant's name per call).
+func TestMoERunAllocs(t *testing.T) {
+	if activeISA() == isaGeneric {
+		t.Skip("the generic reference GEMM allocates a row buffer per call")
+	}
+	defer SetThreads(Threads())
+	SetThreads(1)
+	rng := rand.New(rand.NewPCG(5, 6))
+	const E, H, I, nTok, k = 8, 64, 48, 40, 2
+	experts := make([]Expert, E)
+	for e := range experts {
+		experts[e] = Expert{
+			Gate: NewWeightF32(randVec(rng, I*H), I, H),
+			Up:   NewWeightF32(randVec(rng, I*H), I, H),
+			Down: NewWeightF32(randVec(rng, H*I), H, I),
+		}
+	}
+	rt := &Routing{Tokens: make([][]int32, E), Weights: make([][]float32, E)}
+	for tok := range nTok {
+		for _, e := range rng.Perm(E)[:k] {
+			rt.Tokens[e] = append(rt.Tokens[e], int32(tok))
+			rt.Weights[e] = append(rt.Weights[e], 0.5)
+		}
+	}
+	x := randVec(rng, nTok*H)
+	out := make([]float32, nTok*H)
+	for _, v := range MoEVariants() {
+		r := NewMoERunner(MoEPolicy{Kind: PolicyFixed, Variant: v})
+		if _, err := r.Run(out, x, H, experts, rt); err != nil {
+			t.Fatal(err)
+		}
+		if n := testing.AllocsPerRun(10, func() {
+			if _, err := r.Run(out, x, H, experts, rt); err != nil {
+				t.Fatal(err)
+			}
+		}); n > 0 {
+			t.Errorf("%v: Run allocates %.1f objects per call, want 0", v, n)
+		}
+	}
+}

@@ -242,3 +242,80 @@ func median(xs []float64) float64 {
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
+
+// BenchmarkSmallBatch measures the fixed cost of a small batch, the search use case: 1 or 4
+// items of ~140 tokens after the ~60-token prefix60 instruction, the prefix computed in the
+// pass (not cached), on the small qwen3_moe preset, for the MoE policies a node runs (threshold
+// is the default; auto is configs/scorer.yaml's). Metrics: ms/batch (median wall time of one
+// Forward), moe-ms, attn-ms (per batch), pad (mean padding ratio).
+//
+//	go test -run '^$' -bench 'BenchmarkSmallBatch' -benchtime 20x -count 3 ./scorer/model/
+func BenchmarkSmallBatch(b *testing.B) {
+	defer kernels.SetThreads(kernels.Threads())
+	spec := GenSpec{Arch: "qwen3_moe", Preset: "small", Seed: 1}
+	for _, threads := range []int{1, 2} {
+		for _, items := range []int{1, 4} {
+			for _, policy := range []string{"threshold", "auto"} {
+				b.Run(fmt.Sprintf("threads=%d/items=%d/%s", threads, items, policy), func(b *testing.B) {
+					kernels.SetThreads(threads)
+					benchSmallBatch(b, benchEngine(b, spec), items, policy)
+				})
+			}
+		}
+	}
+}
+
+func benchSmallBatch(b *testing.B, e *Engine, items int, policy string) {
+	p, err := kernels.ParseMoEPolicy(policy)
+	if err != nil {
+		b.Fatal(err)
+	}
+	runner := kernels.NewMoERunner(p)
+	if p.Kind == kernels.PolicyAuto {
+		for _, l := range e.model.Layers {
+			if len(l.Experts) > 0 {
+				if _, err := runner.Calibrate(l.Experts, time.Second); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	saved := e.model.MoE
+	e.model.MoE = runner
+	defer func() { e.model.MoE = saved }()
+
+	pr := benchPrompts[0] // prefix60
+	g, err := e.Tokenize(pr.instruction, pr.query, benchDocs(items, 125), scorer.TokenizeOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	groups := []*qwen.Group{{Prefix: g.Prefix, Items: g.Items}}
+	b.Logf("prefix %d tokens, %d items of %d tokens on average, %d threads, policy %s",
+		len(g.Prefix), items, g.ItemTokens()/items, kernels.Threads(), policy)
+	ctx := context.Background()
+	var warm qwen.Stats
+	if _, err := e.model.Forward(ctx, groups, &warm); err != nil {
+		b.Fatal(err)
+	}
+	var st qwen.Stats
+	var ts, cs []float64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0, c0 := st.Total, kernels.ProcessCPUTime()
+		if _, err := e.model.Forward(ctx, groups, &st); err != nil {
+			b.Fatal(err)
+		}
+		ts = append(ts, (st.Total - t0).Seconds())
+		cs = append(cs, (kernels.ProcessCPUTime() - c0).Seconds())
+	}
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(1e3*median(ts), "ms/batch")
+	b.ReportMetric(1e3*median(cs), "cpu-ms/batch")
+	b.ReportMetric(1e3*(st.MoE+st.Router).Seconds()/n, "moe-ms")
+	b.ReportMetric(1e3*st.Attention.Seconds()/n, "attn-ms")
+	if st.MoECalls > 0 {
+		b.ReportMetric(st.MoEPaddingSum/float64(st.MoECalls), "pad")
+	}
+}
