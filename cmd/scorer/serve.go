@@ -179,6 +179,12 @@ func engineLoader(cfg node.Config, reg prometheus.Registerer, log *slog.Logger) 
 			return r.e, nil
 		case <-ctx.Done():
 			log.Warn("model load abandoned by shutdown", "model", cfg.Model)
+			// Release the checkpoint's mappings if the load still completes.
+			go func() {
+				if r := <-ch; r.e != nil {
+					r.e.Close()
+				}
+			}()
 			return nil, ctx.Err()
 		}
 	}

@@ -101,13 +101,14 @@ func Load(cfg *Config, src TensorSource, opt LoadOptions) (*Model, error) {
 	if m.Norm, err = ld.vector("model.norm.weight", H); err != nil {
 		return nil, err
 	}
-	var head *kernels.Weight
+	// The head is read only for the rows the score needs: building a Weight of the whole
+	// vocabulary would pack (copy) vocab × hidden values just to keep two rows.
+	head := m.embed
 	if cfg.TieWordEmbeddings {
-		head = toWeight(m.embed)
 		// Some tied checkpoints still carry lm_head.weight; transformers ties it to the
 		// embedding, so it is ignored here too.
 		ld.used["lm_head.weight"] = true
-	} else if head, err = ld.matrix("lm_head.weight", cfg.VocabSize, H); err != nil {
+	} else if head, err = ld.tensor("lm_head.weight", cfg.VocabSize, H); err != nil {
 		return nil, err
 	}
 	for _, r := range opt.HeadRows {
@@ -116,7 +117,7 @@ func Load(cfg *Config, src TensorSource, opt LoadOptions) (*Model, error) {
 		}
 	}
 	if len(opt.HeadRows) > 0 {
-		m.Head = head.Rows(opt.HeadRows...)
+		m.Head = pickRows(head, opt.HeadRows)
 		m.HeadRows = slices.Clone(opt.HeadRows)
 	}
 
@@ -298,6 +299,23 @@ func toWeight(t safetensors.Tensor) *kernels.Weight {
 		return kernels.NewWeightBF16(t.BF16, n, k)
 	}
 	return kernels.NewWeightF32(t.F32, n, k)
+}
+
+// pickRows copies the given rows of a [vocab, hidden] tensor into a small Weight.
+func pickRows(t safetensors.Tensor, rows []int) *kernels.Weight {
+	k := t.Shape[1]
+	if t.BF16 != nil {
+		out := make([]uint16, 0, len(rows)*k)
+		for _, r := range rows {
+			out = append(out, t.BF16[r*k:(r+1)*k]...)
+		}
+		return kernels.NewWeightBF16(out, len(rows), k)
+	}
+	out := make([]float32, 0, len(rows)*k)
+	for _, r := range rows {
+		out = append(out, t.F32[r*k:(r+1)*k]...)
+	}
+	return kernels.NewWeightF32(out, len(rows), k)
 }
 
 func subWeight(t safetensors.Tensor, off, n, k int) *kernels.Weight {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 )
 
@@ -90,17 +91,29 @@ func Write(w io.Writer, tensors []WriteTensor, metadata map[string]string) error
 	return nil
 }
 
-// WriteFile writes tensors to path (see Write).
+// WriteFile writes tensors to path (see Write). It writes a temporary file beside path and renames
+// it into place, so a process that has the old file memory-mapped keeps its (now unlinked) copy
+// instead of faulting on a file truncated under it.
 func WriteFile(path string, tensors []WriteTensor, metadata map[string]string) error {
-	f, err := os.Create(path)
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
 	if err != nil {
 		return fmt.Errorf("write safetensors: %w", err)
 	}
+	tmp := f.Name()
 	if err := Write(f, tensors, metadata); err != nil {
 		f.Close()
+		os.Remove(tmp)
 		return err
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write safetensors: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write safetensors: %w", err)
+	}
+	return nil
 }
 
 // F32ToF16 narrows f32 to IEEE half-precision bits, rounding to nearest even; values beyond the
