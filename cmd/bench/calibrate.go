@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -63,7 +62,7 @@ func runCalibrate(args []string) error {
 	}
 	if *nodePID > 0 {
 		p := &res.Profile
-		p.Machine += fmt.Sprintf("; timed by node CPU time (pid %d), load average at the end %s", *nodePID, loadAverage())
+		p.Machine += fmt.Sprintf("; timed by node CPU time (pid %d), load average at the end %s", *nodePID, loadAvg())
 	}
 	label := ""
 	if res.Emulated {
@@ -95,14 +94,3 @@ func exampleCost(a, b, c float64) float64 {
 }
 
 // loadAverage is /proc/loadavg's first three fields ("" elsewhere).
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
