@@ -11,16 +11,6 @@ import (
 // DefaultInstruction is the model's instruction when a request has none.
 const DefaultInstruction = prompt.DefaultInstruction
 
-// bodyPrefix is the prompt body up to the document (as scorer/prompt builds it): the shared
-// prefix is the template head plus these tokens; a document's own tokens are those of
-// " "+document (the space joins its first word) plus the template tail.
-func bodyPrefix(instruction, query string) string {
-	if instruction == "" {
-		instruction = DefaultInstruction
-	}
-	return "<Instruct>: " + instruction + "\n<Query>: " + query + "\n<Document>:"
-}
-
 // TokenCounter counts prompt tokens as the proxy plans with them: exactly as a node will (the
 // shipped Qwen3 tokenizer) or with the fast estimator. Immutable; safe for concurrent use.
 type TokenCounter struct {
@@ -80,7 +70,7 @@ func estimateTemplate(s string) int {
 // Prefix is the shared prefix's tokens for (instruction, query); "" means the default
 // instruction.
 func (tc *TokenCounter) Prefix(instruction, query string) int {
-	return tc.head + tc.plain(bodyPrefix(instruction, query))
+	return tc.head + tc.plain(prompt.BodyPrefix(instruction, query))
 }
 
 // Item is one item's own tokens: the document and the template tail.

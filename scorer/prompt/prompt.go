@@ -54,7 +54,10 @@ func (b *Builder) MaxTokens() int { return max(b.maxTokens, 0) }
 // TemplateTokens is the number of template tokens around the body (head + tail).
 func (b *Builder) TemplateTokens() int { return len(b.head) + len(b.tail) }
 
-func bodyPrefix(instruction, query string) string {
+// BodyPrefix is the prompt body up to the document, "<Document>:" included: with the template head
+// it is the shared prefix of every item of a query. A document's own body text is " "+document (the
+// space joins its first word under byte-level BPE). The proxy counts tokens with it.
+func BodyPrefix(instruction, query string) string {
 	if instruction == "" {
 		instruction = DefaultInstruction
 	}
@@ -65,7 +68,7 @@ func bodyPrefix(instruction, query string) string {
 // reference that Build's Prefix+Items[i] equals.
 func (b *Builder) Whole(instruction, query, doc string) []int32 {
 	out := append([]int32(nil), b.head...)
-	out = append(out, b.tok.EncodePlain(bodyPrefix(instruction, query)+" "+doc)...)
+	out = append(out, b.tok.EncodePlain(BodyPrefix(instruction, query)+" "+doc)...)
 	return append(out, b.tail...)
 }
 
@@ -84,7 +87,7 @@ func (b *Builder) Build(instruction, query string, docs []string, opt scorer.Tok
 	if opt.MaxDocTokens < 0 {
 		return nil, fmt.Errorf("build prompt: max doc tokens must be ≥ 0, got %d", opt.MaxDocTokens)
 	}
-	bp := bodyPrefix(instruction, query)
+	bp := BodyPrefix(instruction, query)
 	pt := b.tok.EncodePlain(bp)
 	fulls := make([][]int32, len(docs))
 	p := len(pt)
