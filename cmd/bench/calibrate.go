@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/relevance-scoring/relevance/internal/costmodel"
 	"io"
 	"os"
 	"os/signal"
@@ -83,14 +84,16 @@ func runCalibrate(args []string) error {
 	fmt.Printf("%scalibrated %s (%s) from %d batches\n", label, *node, p.Model, p.Samples)
 	fmt.Printf("  a = %.4g s/token   b = %.4g s/pair   c = %.4g s/batch\n", p.A, p.B, p.C)
 	fmt.Printf("  noise σ(log) = %.3f   R² = %.4f   max |rel err| = %.1f%%\n", p.NoiseSigma, p.R2, 100*res.Fit.MaxRelErr)
-	fmt.Printf("  e.g. 20 items × 250 tokens after a 60-token prefix: %.0f ms\n", 1000*exampleCost(p.A, p.B, p.C))
+	fmt.Printf("  e.g. 20 items × 250 tokens after a 60-token prefix: %.0f ms\n", 1000*exampleCost(p.Coeffs))
 	fmt.Printf("wrote %s\n", *out)
 	return nil
 }
 
-func exampleCost(a, b, c float64) float64 {
-	const p, l, n = 60.0, 250.0, 20.0
-	return a*(p+n*l) + b*(p*p/2+n*l*(p+l/2)) + c
+// exampleCost is the profile's prediction for 20 items of 250 tokens after a 60-token prefix.
+func exampleCost(c costmodel.Coeffs) float64 {
+	items := make([]int, 20)
+	for i := range items {
+		items[i] = 250
+	}
+	return c.Seconds(costmodel.BatchFeatures(60, items, false))
 }
-
-// loadAverage is /proc/loadavg's first three fields ("" elsewhere).
