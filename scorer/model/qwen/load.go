@@ -87,10 +87,14 @@ func Load(cfg *Config, src TensorSource, opt LoadOptions) (*Model, error) {
 		return nil, fmt.Errorf("load model: max positions must be > 0, got %d", opt.MaxPositions)
 	}
 	ld := &loader{src: src, names: map[string]bool{}, used: map[string]bool{}, dtypes: map[safetensors.DType]bool{}}
-	for _, n := range src.Names() {
-		ld.names[n] = true
-	}
 	m := &Model{Config: cfg, maxPos: opt.MaxPositions, MoE: opt.MoE}
+	names := src.Names()
+	for _, n := range names {
+		ld.names[n] = true
+		if strings.HasSuffix(n, ".mlp.experts.gate_up_proj") {
+			m.FusedExperts = true
+		}
+	}
 	H, hd := cfg.HiddenSize, cfg.HeadDim
 	qd, kvd := cfg.NumAttentionHeads*hd, cfg.NumKeyValueHeads*hd
 
@@ -121,12 +125,6 @@ func Load(cfg *Config, src TensorSource, opt LoadOptions) (*Model, error) {
 		m.HeadRows = slices.Clone(opt.HeadRows)
 	}
 
-	m.FusedExperts = ld.names["model.layers.0.mlp.experts.gate_up_proj"]
-	for _, n := range src.Names() {
-		if strings.HasSuffix(n, ".mlp.experts.gate_up_proj") {
-			m.FusedExperts = true
-		}
-	}
 	m.Layers = make([]Layer, cfg.NumHiddenLayers)
 	for i := range m.Layers {
 		if err := ld.layer(&m.Layers[i], cfg, i, m.FusedExperts, qd, kvd); err != nil {
@@ -134,7 +132,7 @@ func Load(cfg *Config, src TensorSource, opt LoadOptions) (*Model, error) {
 		}
 	}
 	var extra []string
-	for _, n := range src.Names() {
+	for _, n := range names {
 		if !ld.used[n] && !strings.HasSuffix(n, ".rotary_emb.inv_freq") {
 			extra = append(extra, n)
 		}
