@@ -10,7 +10,7 @@ import (
 )
 
 // cpuISA is the most capable level this CPU and OS support (x/sys/cpu checks the OS saves the
-// wider registers).
+// wider registers; AMX also needs the kernel's permission, requested here once at start-up).
 var cpuISA = detectISA()
 
 // isaOverride lowers the level in use (tests and benchmarks compare implementations on one
@@ -19,7 +19,9 @@ var isaOverride atomic.Int32
 
 func detectISA() isaLevel {
 	x := cpu.X86
-	if x.HasAVX512F && x.HasAVX512BF16 {
+	if x.HasAVX512F && x.HasAVX512BF16 && x.HasAMXTile && x.HasAMXBF16 && requestAMX() {
+		return isaAMX
+	} else if x.HasAVX512F && x.HasAVX512BF16 {
 		return isaAVX512BF16
 	} else if x.HasAVX512F {
 		return isaAVX512
@@ -30,8 +32,10 @@ func detectISA() isaLevel {
 }
 
 func init() {
-	// KERNELS_ISA=avx2|avx512|generic caps the level, e.g. to benchmark the fallback paths.
+	// KERNELS_ISA=avx2|avx512|avx512bf16|generic caps the level, e.g. to benchmark the fallback paths.
 	switch os.Getenv("KERNELS_ISA") {
+	case "avx512bf16":
+		setISA(isaAVX512BF16)
 	case "generic":
 		setISA(isaGeneric)
 	case "avx2":

@@ -9,10 +9,17 @@ import "unsafe"
 // kern512 computes an mr×32 tile: C (masked columns) = [C +] A[mr×kc]·B-panel[kc×32].
 type kern512 func(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
 
+// kernF32 computes an mr×32 tile of f32: C (masked columns) = [C +] A·B-panel[kc×32], A packed
+// (packAF32Avx512); it also prefetches f32PrefetchPer16 bytes from pf on into L2 per 16 k.
+type kernF32 func(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+
+// f32PrefetchPer16 is how many bytes of its pf stream a kernF32 prefetches per 16 k of kc.
+const f32PrefetchPer16 = 512
+
 // kern256 computes an mr×16 tile on half a 32-column panel: C = [C +] A·B.
 type kern256 func(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
 
-var f32Avx512 = [...]kern512{nil,
+var f32Avx512 = [...]kernF32{nil,
 	gemmF32Avx512_1,
 	gemmF32Avx512_2,
 	gemmF32Avx512_3,
@@ -76,40 +83,40 @@ var w16Avx2 = [...]kern256{nil,
 }
 
 //go:noescape
-func gemmF32Avx512_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmF32Avx512_1(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Avx512_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmF32Avx512_2(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Avx512_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmF32Avx512_3(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Avx512_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmF32Avx512_4(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Avx512_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmF32Avx512_5(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Avx512_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmF32Avx512_6(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Avx512_7(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmF32Avx512_7(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Avx512_8(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmF32Avx512_8(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Avx512_9(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmF32Avx512_9(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Avx512_10(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmF32Avx512_10(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Avx512_11(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmF32Avx512_11(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Avx512_12(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmF32Avx512_12(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
 func gemmW16Avx512_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
@@ -227,3 +234,24 @@ func peakF32Avx2(n int)
 
 //go:noescape
 func cvtBF16Avx512(dst unsafe.Pointer, src unsafe.Pointer, n int)
+
+//go:noescape
+func packAF32Avx512(dst unsafe.Pointer, src unsafe.Pointer, lda uintptr, rows int, kc int)
+
+// gemmAmxBF16_1 computes a block of up to 32×32 of C = A·B over steps×16 k-pairs with AMX tiles
+// configured by cfg (64 bytes, palette 1), A (one bf16 part) in tile order from a0 (rows 0–15)
+// and a1 (rows 16–31); shape bit 0 adds rows 16–31, bit 1 columns 16–31.
+//
+//go:noescape
+func gemmAmxBF16_1(cfg unsafe.Pointer, a0 unsafe.Pointer, a1 unsafe.Pointer, b unsafe.Pointer, steps int, c unsafe.Pointer, ldc uintptr, shape int)
+
+// gemmAmxBF16r16_3 computes a block of up to 16×32 with A in three bf16 parts, each in a tile of
+// its own (a1 unused; shape bit 1 adds columns 16–31).
+//
+//go:noescape
+func gemmAmxBF16r16_3(cfg unsafe.Pointer, a0 unsafe.Pointer, a1 unsafe.Pointer, b unsafe.Pointer, steps int, c unsafe.Pointer, ldc uintptr, shape int)
+
+// cvtTilesBF16Avx512 writes chunks of 32 f32 as parts bf16 terms in tile order.
+//
+//go:noescape
+func cvtTilesBF16Avx512(dst unsafe.Pointer, src unsafe.Pointer, chunks int, parts int, stride uintptr)

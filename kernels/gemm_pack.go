@@ -4,10 +4,13 @@ package kernels
 // grouped by 32 (one AVX-512 register pair); the last panel is zero-padded.
 //
 //	f32:  p32[p·K·32 + k·32 + c]              = W[32p+c, k]
-//	bf16: p16[p·Kp·64 + (k/2)·64 + 2c + k%2]  = W[32p+c, k], Kp = ceil(K/2)
+//	bf16: p16[p·Kp·64 + (k/2)·64 + 2c + k%2]  = W[32p+c, k], Kp = ceil(K/2) rounded up to 16
 //
 // so one k step of a panel is 128 contiguous bytes in both: 32 f32, or 32 columns × one k-pair
-// of bf16 (what VDPBF16PS multiplies, and what a shift or a mask widens to f32).
+// of bf16 (what VDPBF16PS multiplies, and what a shift or a mask widens to f32). Each bf16 panel
+// ends with zero pairs up to a multiple of 16: an AMX B tile is 16 k-pairs tall, and its
+// configuration cannot change within a product, so a ragged last step reads zeros, not the next
+// panel (or past the slice).
 const panelWidth = 32
 
 func numPanels(n int) int { return (n + panelWidth - 1) / panelWidth }
@@ -24,8 +27,11 @@ func packF32(w []float32, n, k int) []float32 {
 	return out
 }
 
+// bf16PanelPairs is the k-pair rows of one packed bf16 panel: ceil(K/2) rounded up to 16.
+func bf16PanelPairs(k int) int { return ((k+1)/2 + 15) &^ 15 }
+
 func packBF16(w []uint16, n, k int) []uint16 {
-	kp := (k + 1) / 2
+	kp := bf16PanelPairs(k)
 	out := make([]uint16, numPanels(n)*kp*2*panelWidth)
 	for j := 0; j < n; j++ {
 		p, c := j/panelWidth, j%panelWidth

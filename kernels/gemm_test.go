@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,8 +27,10 @@ func availableImpls() []implCase {
 		{"avx2", isaAVX2, false},
 		{"avx512", isaAVX512, false},
 		{"avx512-bf16dot", isaAVX512BF16, true},
+		{"amx-bf16", isaAMX, true},
+		{"avx512-amx", isaAMX, false}, // bf16 weights on AMX with split activations, f32 accuracy
 	}
-	top := setISA(isaAVX512BF16)
+	top := setISA(isaAMX)
 	setISA(top)
 	var out []implCase
 	for _, c := range all {
@@ -123,11 +126,12 @@ func tolerance(c implCase, dt DType) (tol float64, bf16Act bool) {
 }
 
 var (
-	// Sizes around the micro-tile heights (6, 12), the panel and half-panel widths (16, 32), the
-	// kernels' k unrolling and the cache blocks (128 f32, 256 bf16 per k block).
-	edgeM = []int{1, 2, 5, 6, 7, 11, 12, 13, 24, 25, 37}
+	// Sizes around the micro-tile heights (6, 12; AMX 16, 32), the panel and half-panel widths
+	// (16, 32), the kernels' k unrolling, AMX's 32-k steps and the cache blocks (128 f32, 256 bf16
+	// per k block).
+	edgeM = []int{1, 2, 5, 6, 7, 11, 12, 13, 16, 17, 24, 25, 31, 32, 33, 37}
 	edgeN = []int{1, 15, 16, 17, 31, 32, 33, 65, 97}
-	edgeK = []int{1, 2, 3, 5, 15, 16, 17, 33, 127, 128, 129, 255, 256, 257, 513, 1025}
+	edgeK = []int{1, 2, 3, 5, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 513, 1025}
 )
 
 func TestGemmRowsAllImplementations(t *testing.T) {
@@ -488,4 +492,69 @@ func bf16Vec(v []float32) []uint16 {
 	out := make([]uint16, len(v))
 	F32ToBF16(out, v)
 	return out
+}
+
+// TestAMXSplitNonFinite: an infinite or NaN activation gives what the f32 paths give (±Inf,
+// NaN), in the vector bulk of a row and in its scalar tail — the low part must not turn Inf − Inf
+// into a NaN that poisons an infinite result.
+func TestAMXSplitNonFinite(t *testing.T) {
+	if activeISA() < isaAMX {
+		t.Skip("no AMX")
+	}
+	const n, k = 33, 37 // 32 columns in the vector bulk, 5 in the tail
+	wb := make([]uint16, n*k)
+	wf := make([]float32, n*k)
+	for i := range wf {
+		wf[i] = 0.25 + float32(i%7)/8 // positive, so an infinite sum has one sign
+	}
+	F32ToBF16(wb, wf)
+	w := NewWeightBF16(wb, n, k)
+	for _, pos := range []int{3, 35} {
+		for _, v := range []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())} {
+			x := make([]float32, k)
+			for i := range x {
+				x[i] = float32(i%5) - 2
+			}
+			x[pos] = v
+			got, want := make([]float32, n), make([]float32, n)
+			useImpl(t, implCase{"avx512", isaAVX512, false})
+			Linear(want, x, 1, w)
+			useImpl(t, implCase{"avx512-amx", isaAMX, false})
+			Linear(got, x, 1, w)
+			for j := range got {
+				g, e := float64(got[j]), float64(want[j])
+				if math.IsNaN(e) != math.IsNaN(g) || (math.IsInf(e, 0) && g != e) {
+					t.Fatalf("x[%d] = %v: column %d = %v, f32 path %v", pos, v, j, g, e)
+				}
+			}
+		}
+	}
+}
+
+// TestSetBF16Matmul: each mode selects the path it names (on this CPU), and a bad name is an
+// error that leaves the mode alone.
+func TestSetBF16Matmul(t *testing.T) {
+	prevDot, prevAMX := bf16Dot.Load(), amxSplit.Load()
+	t.Cleanup(func() { bf16Dot.Store(prevDot); amxSplit.Store(prevAMX) })
+	isa := activeISA()
+	want := map[string]string{BF16MatmulWiden: "avx512", BF16MatmulAuto: "avx512", BF16MatmulBF16: "avx512"}
+	switch {
+	case isa >= isaAMX:
+		want[BF16MatmulAuto], want[BF16MatmulBF16] = "avx512-amx", "amx-bf16"
+	case isa >= isaAVX512BF16:
+		want[BF16MatmulBF16] = "avx512-bf16dot"
+	case isa < isaAVX512:
+		t.Skip("no AVX-512")
+	}
+	for mode, impl := range want {
+		if err := SetBF16Matmul(mode); err != nil {
+			t.Fatal(err)
+		}
+		if got := Implementation(); got != impl {
+			t.Errorf("SetBF16Matmul(%q): Implementation() = %q, want %q", mode, got, impl)
+		}
+	}
+	if err := SetBF16Matmul("fp8"); err == nil || !strings.Contains(err.Error(), `"fp8"`) {
+		t.Errorf("SetBF16Matmul(fp8) = %v, want an error naming the mode", err)
+	}
 }

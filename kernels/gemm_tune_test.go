@@ -25,7 +25,8 @@ func threadCPU() time.Duration {
 }
 
 // TestTuneReport prints one-thread rates measured on thread CPU time (KERNELS_TUNE=1 only):
-// peak FMA chains and the GEMM shapes of the issue, medians of repeated runs.
+// peak FMA chains and the GEMM shapes of the issue, medians of repeated runs, and for f32 the
+// efficiency from interleaved pairs (GemmEfficiency).
 func TestTuneReport(t *testing.T) {
 	if os.Getenv("KERNELS_TUNE") != "1" {
 		t.Skip("KERNELS_TUNE=1 to run")
@@ -53,6 +54,8 @@ func TestTuneReport(t *testing.T) {
 	}
 	shapes := [][3]int{{144, 1536, 2048}, {36, 1536, 2048}, {576, 768, 2048}, {1, 1536, 2048}}
 	for _, s := range shapes {
+		eff, peak, gemm := GemmEfficiency(s[0], s[1], s[2], time.Second)
+		fmt.Printf("%dx%dx%d f32: %.1f %% of peak in pairs (peak %.1f, GEMM %.1f GFLOP/s)\n", s[0], s[1], s[2], 100*eff, peak, gemm)
 		for _, md := range []struct {
 			dt  DType
 			dot bool
@@ -73,8 +76,11 @@ func TestTuneReport(t *testing.T) {
 	bf16Dot.Store(false)
 }
 
-// TestTuneAB compares blocking choices on one thread, interleaving the variants so that the
-// machine's other load hits them alike (KERNELS_TUNE=1 only).
+// TestTuneAB compares blocking choices on one thread (KERNELS_TUNE=1 only): per round, each
+// variant runs a burst of the peak FMA chains and then one call, so that the machine's clock and
+// other load hit a variant's call and its peak alike; it prints each variant's median and
+// quartiles of the per-pair ratio call rate / peak rate, and its median rate. KERNELS_TUNE_M
+// sets m (default 144 of 144×1536×2048).
 func TestTuneAB(t *testing.T) {
 	if os.Getenv("KERNELS_TUNE") != "1" {
 		t.Skip("KERNELS_TUNE=1 to run")
@@ -88,38 +94,57 @@ func TestTuneAB(t *testing.T) {
 		name     string
 		kc, kc16 int
 		nc       int
-		outer    bool
 	}
 	var vs []variant
-	for _, nc := range []int{128, 256, 512, 1024} {
-		for _, kc := range []int{128, 256} {
-			vs = append(vs, variant{fmt.Sprintf("nc=%d kc=%d", nc, kc), kc, 2 * kc, nc, false})
+	for _, nc := range []int{256, 512, 1024} {
+		for _, kc := range []int{128, 256, 384} {
+			vs = append(vs, variant{fmt.Sprintf("nc=%d kc=%d", nc, kc), kc, 2 * kc, nc})
 		}
 	}
 	shape := [3]int{144, 1536, 2048}
 	if s := os.Getenv("KERNELS_TUNE_M"); s != "" {
 		fmt.Sscan(s, &shape[0])
 	}
+	defer func() { kcF32, kcBF16, ncMax = 256, 256, 512 }()
+	isa := activeISA()
+	flops := 2 * float64(shape[0]*shape[1]*shape[2])
 	for _, dt := range []DType{F32, BF16} {
 		rng := rand.New(rand.NewPCG(1, 2))
 		p := newProblem(t, rng, shape[0], shape[1], shape[2], shape[2], dt)
 		dst := make([]float32, shape[0]*shape[1])
-		res := make([][]float64, len(vs))
-		for range 21 {
+		// A peak burst of about half a call.
+		linear(dst, p.x, shape[0], p.w)
+		t0 := threadCPU()
+		linear(dst, p.x, shape[0], p.w)
+		tCall := (threadCPU() - t0).Seconds()
+		t0 = threadCPU()
+		perIter := peakRun(isa, false, 1<<12)
+		iters := int(tCall / 2 / (threadCPU() - t0).Seconds() * (1 << 12))
+		effs := make([][]float64, len(vs))
+		rates := make([][]float64, len(vs))
+		for range 41 {
 			for i, v := range vs {
-				kcF32, kcBF16, ncMax, panelOuter = v.kc, v.kc16, v.nc, v.outer
+				kcF32, kcBF16, ncMax = v.kc, v.kc16, v.nc
 				linear(dst, p.x, shape[0], p.w)
 				t0 := threadCPU()
+				peakRun(isa, false, iters)
+				peak := perIter * float64(iters) / (threadCPU() - t0).Seconds()
+				t0 = threadCPU()
 				linear(dst, p.x, shape[0], p.w)
-				res[i] = append(res[i], 2*float64(shape[0]*shape[1]*shape[2])/(threadCPU()-t0).Seconds()/1e9)
+				r := flops / (threadCPU() - t0).Seconds()
+				effs[i] = append(effs[i], r/peak)
+				rates[i] = append(rates[i], r/1e9)
 			}
 		}
 		for i, v := range vs {
-			slices.Sort(res[i])
-			fmt.Printf("%v %s %s: median %.1f max %.1f GFLOP/s\n", shape, dt, v.name, res[i][len(res[i])/2], res[i][len(res[i])-1])
+			e, r := effs[i], rates[i]
+			slices.Sort(e)
+			slices.Sort(r)
+			n := len(e)
+			fmt.Printf("%v %s %s: %.1f %% of peak (quartiles %.1f-%.1f), median %.1f GFLOP/s\n", shape, dt, v.name,
+				100*e[n/2], 100*e[n/4], 100*e[3*n/4], r[n/2])
 		}
 	}
-	kcF32, kcBF16, ncMax, panelOuter = 128, 256, 512, false
 }
 
 // TestTuneMicro measures one micro-kernel on L1-resident operands (KERNELS_TUNE=1 only).
@@ -149,7 +174,10 @@ func TestTuneMicro(t *testing.T) {
 				return v[len(v)-1]
 			}
 			_ = b16
-			f := run(f32Avx512[mr])
+			kf := f32Avx512[mr] // reads a as a packed micro-panel: the values do not matter here
+			f := run(func(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int) {
+				kf(a, b, kc, c, ldc, mask, acc, b)
+			})
 			w := run(w16Avx512[mr])
 			fmt.Printf("micro kc=%d mr=%d: f32 %.1f  w16 %.1f GFLOP/s\n", kc, mr, f, w)
 		}

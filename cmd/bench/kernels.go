@@ -91,6 +91,20 @@ type kernelsReport struct {
 	WeightSets      int                             `json:"weight_sets"`
 	CostTables      map[string]kernels.MoECostTable `json:"cost_tables"`
 	Distributions   []distResult                    `json:"distributions"`
+
+	// GemmF32Efficiency is the one-thread f32 GEMM rate over the one-core peak, the median of
+	// interleaved pairs (kernels.GemmEfficiency); GemmF32Speedup2T is the two-thread speed-up
+	// over one thread, the median of interleaved pairs on wall time (kernels.GemmSpeedup).
+	GemmF32Efficiency float64 `json:"gemm_f32_efficiency"`
+	GemmF32Speedup2T  float64 `json:"gemm_f32_2t_speedup"`
+
+	// GemmBF16Impl is the implementation gemm_bf16_gflops ran (the default bf16 mode, auto:
+	// "avx512-amx" where the CPU has AMX); the other two bf16 modes on the same shape follow.
+	GemmBF16Impl         string  `json:"gemm_bf16_impl"`
+	GemmBF16WidenGFLOPS  float64 `json:"gemm_bf16_widen_gflops"`
+	GemmBF16DotGFLOPS    float64 `json:"gemm_bf16_dot_gflops"`
+	GemmBF16DotImpl      string  `json:"gemm_bf16_dot_impl"`
+	GemmBF16OverF32Ratio float64 `json:"gemm_bf16_over_f32"`
 }
 
 func runKernels(args []string) error { return kernelsMain(args, os.Stdout, os.Stderr) }
@@ -172,15 +186,34 @@ func kernelsMain(args []string, stdout, stderr io.Writer) error {
 	rep := kernelsReport{Threads: *threads, DType: dt.String(), Quick: *quick, Reps: *reps, RegretClock: *clock,
 		WeightSets: *weightSets, Implementation: kernels.Implementation(), LoadAvg: loadAvg(),
 		CostTables: map[string]kernels.MoECostTable{}}
-	rep.PeakF32GFLOPS = kernels.PeakF32GFLOPS(*gemmTime)
 	gm, gn, gk := 144, 1536, 2048
 	rep.GemmShape = fmt.Sprintf("%d×%d×%d", gm, gn, gk)
-	rep.GemmF32GFLOPS = kernels.GemmGFLOPS(gm, gn, gk, kernels.F32, 1, *gemmTime)
-	rep.GemmBF16GFLOPS = kernels.GemmGFLOPS(gm, gn, gk, kernels.BF16, 1, *gemmTime)
-	rep.GemmF32GFLOPS2T = kernels.GemmGFLOPS(gm, gn, gk, kernels.F32, 2, *gemmTime)
+	// Peak and one-thread f32 rate come from the same interleaved pairs as their ratio.
+	rep.GemmF32Efficiency, rep.PeakF32GFLOPS, rep.GemmF32GFLOPS = kernels.GemmEfficiency(gm, gn, gk, *gemmTime)
+	// bf16 weights in each mode (kernels.SetBF16Matmul): the default first, as the contract's figure.
+	prevMode := kernels.BF16MatmulMode()
+	bf16Mode := func(mode string) (float64, string) {
+		if err := kernels.SetBF16Matmul(mode); err != nil {
+			panic(err) // the names are the package's own constants
+		}
+		return kernels.GemmGFLOPS(gm, gn, gk, kernels.BF16, 1, *gemmTime), kernels.Implementation()
+	}
+	rep.GemmBF16GFLOPS, rep.GemmBF16Impl = bf16Mode(kernels.BF16MatmulAuto)
+	rep.GemmBF16WidenGFLOPS, _ = bf16Mode(kernels.BF16MatmulWiden)
+	rep.GemmBF16DotGFLOPS, rep.GemmBF16DotImpl = bf16Mode(kernels.BF16MatmulBF16)
+	if err := kernels.SetBF16Matmul(prevMode); err != nil {
+		return err
+	}
+	if rep.GemmF32GFLOPS > 0 {
+		rep.GemmBF16OverF32Ratio = rep.GemmBF16GFLOPS / rep.GemmF32GFLOPS
+	}
+	rep.GemmF32Speedup2T, _, rep.GemmF32GFLOPS2T = kernels.GemmSpeedup(gm, gn, gk, 2, *gemmTime)
 	fmt.Fprintf(text, "kernels: %s; load average %s\n", rep.Implementation, rep.LoadAvg)
-	fmt.Fprintf(text, "peak f32 one core %.1f GFLOP/s; GEMM %s: f32 1t %.1f, bf16 1t %.1f, f32 2t %.1f GFLOP/s\n\n",
-		rep.PeakF32GFLOPS, rep.GemmShape, rep.GemmF32GFLOPS, rep.GemmBF16GFLOPS, rep.GemmF32GFLOPS2T)
+	fmt.Fprintf(text, "peak f32 one core %.1f GFLOP/s; GEMM %s: f32 1t %.1f (%.1f %% of peak), bf16 1t %.1f (%s, %.2f× f32), f32 2t %.1f GFLOP/s (%.2f× 1t)\n",
+		rep.PeakF32GFLOPS, rep.GemmShape, rep.GemmF32GFLOPS, 100*rep.GemmF32Efficiency, rep.GemmBF16GFLOPS, rep.GemmBF16Impl,
+		rep.GemmBF16OverF32Ratio, rep.GemmF32GFLOPS2T, rep.GemmF32Speedup2T)
+	fmt.Fprintf(text, "other bf16 modes: widen %.1f GFLOP/s, bf16 dot products (%s) %.1f GFLOP/s\n\n",
+		rep.GemmBF16WidenGFLOPS, rep.GemmBF16DotImpl, rep.GemmBF16DotGFLOPS)
 
 	kernels.SetThreads(*threads)
 	for _, l := range sel {

@@ -86,6 +86,7 @@ func serveConfig(args []string) (node.Config, error) {
 	threads := fs.Int("threads", 0, "forward-pass threads (0: GOMAXPROCS)")
 	maxTokens := fs.Int("max-tokens", 0, "longest prompt in tokens (0: the engine's limit)")
 	moePolicy := fs.String("moe-policy", "", "MoE kernel policy: threshold, auto or fixed:<blockM>")
+	bf16Matmul := fs.String("bf16-matmul", "", "how bf16 weights are multiplied: auto (AMX at f32 accuracy where available), widen or bf16 (bf16 dot products)")
 	prefixCache := fs.Int64("prefix-cache-bytes", 0, "cross-request prefix cache budget in bytes (0 disables)")
 	if err := fs.Parse(args); err != nil {
 		return node.Config{}, err
@@ -118,6 +119,8 @@ func serveConfig(args []string) (node.Config, error) {
 			cfg.MaxTokens = *maxTokens
 		case "moe-policy":
 			cfg.MoEPolicy = *moePolicy
+		case "bf16-matmul":
+			cfg.BF16Matmul = *bf16Matmul
 		case "prefix-cache-bytes":
 			cfg.PrefixCacheBytes = *prefixCache
 		}
@@ -166,6 +169,7 @@ func engineLoader(cfg node.Config, reg prometheus.Registerer, log *slog.Logger) 
 				MaxTokens:        cfg.MaxTokens,
 				Threads:          cfg.Threads,
 				MoEPolicy:        cfg.MoEPolicy,
+				BF16Matmul:       cfg.BF16Matmul,
 				PrefixCacheBytes: cfg.PrefixCacheBytes,
 				Registerer:       reg,
 			})

@@ -7,16 +7,18 @@
 //
 // Kernels (all ABI0, frame arguments, no stack):
 //
-//	gemmF32Avx512_<mr>(a, lda, b, kc, c, ldc, mask, acc)   mr = 1..12, tile mr×32, f32 A and B
+//	gemmF32Avx512_<mr>(a, b, kc, c, ldc, mask, acc, pf)    mr = 1..12, tile mr×32, packed f32 A, f32 B
 //	gemmW16Avx512_<mr>(...)                                f32 A, bf16 B (k-pair panels), widened in registers
 //	gemmDotAvx512_<mr>(...)                                bf16 A pairs, bf16 B, VDPBF16PS; kc in pairs
 //	gemmF32Avx2_<mr>(a, lda, b, kc, c, ldc, acc)           mr = 1..6, tile mr×16 (half a 32-column panel)
 //	gemmW16Avx2_<mr>(...)                                  f32 A, bf16 B half panel
 //	peakF32Avx512(n), peakDotAvx512(n), peakF32Avx2(n)     register-resident FMA chains
 //	cvtBF16Avx512(dst, src, n)                             n/16 blocks of 16 f32 → 16 bf16 (RNE)
+//	packAF32Avx512(dst, src, lda, rows, kc)                one micro-tile of A into the f32 kernels' layout
 //
 // Panel layouts (see kernels/weight.go): f32 panel = [k][32] floats; bf16 panel = [k/2][32][2]
-// uint16 (k-pairs interleaved per column), so a 64-byte load holds 16 columns × one k-pair.
+// uint16 (k-pairs interleaved per column), so a 64-byte load holds 16 columns × one k-pair. The
+// f32 kernels read A packed per micro-tile: chunks of 16 k, each mr rows × 16 floats.
 package main
 
 import (
@@ -121,14 +123,17 @@ func (g *gen) advanceA(mr, bytes int) {
 
 // store512 writes the mr×32 accumulators Z0..Z(2mr-1) to C under masks K1 (columns 0-15) and
 // K2 (16-31), adding C's old values when acc != 0.
-func (g *gen) store512(name string, mr int) {
-	g.p("\tMOVQ c+32(FP), DI")
-	g.p("\tMOVQ ldc+40(FP), R12")
-	g.p("\tMOVL mask+48(FP), AX")
+func (g *gen) store512(name string, mr int) { g.store512At(name, mr, 32) }
+
+// store512At is store512 for arguments c, ldc, mask and acc at frame offset off and on.
+func (g *gen) store512At(name string, mr, off int) {
+	g.p("\tMOVQ c+%d(FP), DI", off)
+	g.p("\tMOVQ ldc+%d(FP), R12", off+8)
+	g.p("\tMOVL mask+%d(FP), AX", off+16)
 	g.p("\tKMOVW AX, K1")
 	g.p("\tSHRL $16, AX")
 	g.p("\tKMOVW AX, K2")
-	g.p("\tMOVQ acc+56(FP), BX")
+	g.p("\tMOVQ acc+%d(FP), BX", off+24)
 	g.p("\tTESTQ BX, BX")
 	g.p("\tJEQ %s_store", name)
 	for i := 0; i < mr; i++ {
@@ -165,56 +170,101 @@ func (g *gen) zero512(mr int) {
 const args512 = "$0-64"
 
 // prefetchF32 is how far ahead (bytes of the B panel, 128 per k) the f32 kernel prefetches B
-// into L1, where the panel streams from L2 once per micro-tile. Measured gain on the dev
-// machine: small (a few %, within its noise); it costs two load slots per k, which the kernel
-// has to spare.
+// into L1, where the panel streams from L2 once per micro-tile. It costs two load slots per k,
+// which the kernel has to spare; without it the whole GEMM ran 1-3 % slower on the dev machine.
 const prefetchF32 = 512
 
-// f32Avx512 is the FP32 kernel: per k, two 16-float loads of B, one broadcast of A per row and
-// two FMAs per row.
+// prefetchF32L2 is the lines the f32 kernel prefetches into L2 per 16 k (PREFETCHT1, from its pf
+// argument on, one stream): the Go side points it at the next cache block of B, or at the next
+// micro-tile's packed A. Exported to the Go side as f32PrefetchPer16 (bytes).
+const prefetchF32L2 = 8
+
+// f32Avx512 is the FP32 kernel. A is a packed micro-panel (packA): chunks of 16 k, each mr rows
+// × 16 floats, so row i of step j is at a fixed displacement off one register (rows 0-5 off SI,
+// 6-11 off R10 = SI+384), no index register and no per-row pointer to advance. Per k: two
+// 16-float loads of B, one broadcast of A per row into a register, two FMAs per row (24
+// accumulators for 12 rows). A loop iteration is one 16-k chunk; a ragged kc ends with single
+// steps. At the start the C tile is prefetched into L1 (it is read, or written, at the end), and
+// every iteration prefetches prefetchF32L2 lines of the pf stream into L2.
 func (g *gen) f32Avx512(mr int) {
 	name := fmt.Sprintf("gemmF32Avx512_%d", mr)
-	pf := prefetchF32
-	g.p("\n// func %s(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)", name)
+	g.p("\n// func %s(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)", name)
 	g.p("TEXT ·%s(SB), NOSPLIT, %s", name, args512)
-	g.prologue(mr)
+	g.p("\tMOVQ a+0(FP), SI")
+	g.p("\tMOVQ b+8(FP), DX")
+	g.p("\tMOVQ kc+16(FP), CX")
+	g.p("\tMOVQ pf+56(FP), R13")
+	if mr > 6 {
+		g.p("\tLEAQ 384(SI), R10")
+	}
+	g.p("\tMOVQ c+24(FP), DI")
+	g.p("\tMOVQ ldc+32(FP), R12")
+	for i := 0; i < mr; i++ {
+		g.p("\tPREFETCHT0 (DI)")
+		g.p("\tPREFETCHT0 64(DI)")
+		if i < mr-1 {
+			g.p("\tADDQ R12, DI")
+		}
+	}
 	split := splitAcc(mr)
 	g.zero512(mr)
 	if split {
 		g.zeroRange(2*mr, 4*mr)
 	}
-	const U = 4
-	step := func(u int) {
-		g.p("\tPREFETCHT0 %d(DX)", 128*u+pf)
-		g.p("\tPREFETCHT0 %d(DX)", 128*u+pf+64)
-		g.p("\tVMOVUPS %d(DX), Z24", 128*u)
-		g.p("\tVMOVUPS %d(DX), Z25", 128*u+64)
+	aop := func(i, j int) string {
+		if i < 6 {
+			return fmt.Sprintf("%d(SI)", 64*i+4*j)
+		}
+		return fmt.Sprintf("%d(R10)", 64*(i-6)+4*j)
+	}
+	pfEvery := 16 / prefetchF32L2
+	step := func(j int, inLoop bool) {
+		g.p("\tPREFETCHT0 %d(DX)", 128*j+prefetchF32)
+		g.p("\tPREFETCHT0 %d(DX)", 128*j+prefetchF32+64)
+		if inLoop && j%pfEvery == 0 {
+			g.p("\tPREFETCHT1 %d(R13)", 64*(j/pfEvery))
+		}
+		bo := 128 * j
+		if !inLoop {
+			bo, j = 0, 0
+		}
+		g.p("\tVMOVUPS %d(DX), Z24", bo)
+		g.p("\tVMOVUPS %d(DX), Z25", bo+64)
 		set := 0
-		if split && u%2 == 1 {
+		if split && j%2 == 1 {
 			set = 2 * mr
 		}
 		for i := 0; i < mr; i++ {
-			r := 26 + i%4
-			g.p("\tVBROADCASTSS %s, Z%d", rowAddr(i, 4*u), r)
+			r := 26 + i%6
+			g.p("\tVBROADCASTSS %s, Z%d", aop(i, j), r)
 			g.p("\tVFMADD231PS Z24, Z%d, Z%d", r, set+2*i)
 			g.p("\tVFMADD231PS Z25, Z%d, Z%d", r, set+2*i+1)
 		}
 	}
-	g.p("%s_loop%d:", name, U)
-	g.p("\tCMPQ CX, $%d", U)
-	g.p("\tJLT %s_tail", name)
-	for u := 0; u < U; u++ {
-		step(u)
+	g.p("\tSUBQ $16, CX")
+	g.p("\tJLT %s_rest", name)
+	g.p("%s_loop:", name)
+	for j := 0; j < 16; j++ {
+		step(j, true)
 	}
-	g.advanceA(mr, 4*U)
-	g.p("\tADDQ $%d, DX", 128*U)
-	g.p("\tSUBQ $%d, CX", U)
-	g.p("\tJMP %s_loop%d", name, U)
+	g.p("\tADDQ $%d, SI", 64*mr)
+	if mr > 6 {
+		g.p("\tADDQ $%d, R10", 64*mr)
+	}
+	g.p("\tADDQ $2048, DX")
+	g.p("\tADDQ $%d, R13", 64*prefetchF32L2)
+	g.p("\tSUBQ $16, CX")
+	g.p("\tJGE %s_loop", name)
+	g.p("%s_rest:", name)
+	g.p("\tADDQ $16, CX")
 	g.p("%s_tail:", name)
 	g.p("\tTESTQ CX, CX")
 	g.p("\tJEQ %s_done", name)
-	step(0)
-	g.advanceA(mr, 4)
+	step(0, false)
+	g.p("\tADDQ $4, SI")
+	if mr > 6 {
+		g.p("\tADDQ $4, R10")
+	}
 	g.p("\tADDQ $128, DX")
 	g.p("\tDECQ CX")
 	g.p("\tJMP %s_tail", name)
@@ -222,7 +272,7 @@ func (g *gen) f32Avx512(mr int) {
 	if split {
 		g.foldAcc(mr)
 	}
-	g.store512(name, mr)
+	g.store512At(name, mr, 24)
 }
 
 // splitAcc reports whether a kernel of mr rows keeps a second set of accumulators (for odd k
@@ -525,6 +575,53 @@ func zeroRegs(prefix string, n int) []string {
 	return out
 }
 
+// packA copies a micro-tile of A (rows rows at byte stride lda, kc floats each) into the layout
+// the f32 kernels read: ceil(kc/16) chunks of rows × 16 floats, a ragged last chunk padded with
+// zeros (the kernels never read the padding).
+func (g *gen) packA() {
+	g.p("\n// func packAF32Avx512(dst unsafe.Pointer, src unsafe.Pointer, lda uintptr, rows int, kc int)")
+	g.p("TEXT ·packAF32Avx512(SB), NOSPLIT, $0-40")
+	g.p("\tMOVQ dst+0(FP), DI")
+	g.p("\tMOVQ src+8(FP), SI")
+	g.p("\tMOVQ lda+16(FP), R8")
+	g.p("\tMOVQ rows+24(FP), BX")
+	g.p("\tMOVQ kc+32(FP), CX")
+	g.p("packa_chunk:")
+	g.p("\tCMPQ CX, $16")
+	g.p("\tJLT packa_last")
+	g.p("\tMOVQ SI, AX")
+	g.p("\tMOVQ BX, DX")
+	g.p("packa_row:")
+	g.p("\tVMOVUPS (AX), Z0")
+	g.p("\tVMOVUPS Z0, (DI)")
+	g.p("\tADDQ R8, AX")
+	g.p("\tADDQ $64, DI")
+	g.p("\tDECQ DX")
+	g.p("\tJNZ packa_row")
+	g.p("\tADDQ $64, SI")
+	g.p("\tSUBQ $16, CX")
+	g.p("\tJMP packa_chunk")
+	g.p("packa_last:")
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJEQ packa_done")
+	g.p("\tMOVL $1, AX")
+	g.p("\tSHLL CX, AX")
+	g.p("\tDECL AX")
+	g.p("\tKMOVW AX, K1")
+	g.p("\tMOVQ SI, AX")
+	g.p("\tMOVQ BX, DX")
+	g.p("packa_lastrow:")
+	g.p("\tVMOVUPS.Z (AX), K1, Z0")
+	g.p("\tVMOVUPS Z0, (DI)")
+	g.p("\tADDQ R8, AX")
+	g.p("\tADDQ $64, DI")
+	g.p("\tDECQ DX")
+	g.p("\tJNZ packa_lastrow")
+	g.p("packa_done:")
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+}
+
 // cvt converts n/16 blocks of 16 floats at src to bf16 at dst (round to nearest even).
 func (g *gen) cvt() {
 	g.p("\n// func cvtBF16Avx512(dst unsafe.Pointer, src unsafe.Pointer, n int)")
@@ -580,6 +677,8 @@ func main() {
 	g.peak("peakF32Avx2", append([]string{"MOVL $0x3f000000, AX", "MOVQ AX, X15", "VPBROADCASTD X15, Y15", "VMOVUPS Y15, Y14"}, zeroRegs("Y", 12)...),
 		func(i int) { g.p("\tVFMADD231PS Y14, Y15, Y%d", i) })
 	g.cvt()
+	g.packA()
+	genAMX()
 	if *verify {
 		if err := verifyEncodings(); err != nil {
 			log.Fatal(err)
@@ -605,10 +704,18 @@ func declarations() []byte {
 	w("")
 	w("import \"unsafe\"")
 	const sig512 = "(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)"
+	const sigF32 = "(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)"
 	const sig256 = "(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)"
 	w("")
 	w("// kern512 computes an mr×32 tile: C (masked columns) = [C +] A[mr×kc]·B-panel[kc×32].")
 	w("type kern512 func%s", sig512)
+	w("")
+	w("// kernF32 computes an mr×32 tile of f32: C (masked columns) = [C +] A·B-panel[kc×32], A packed")
+	w("// (packAF32Avx512); it also prefetches f32PrefetchPer16 bytes from pf on into L2 per 16 k.")
+	w("type kernF32 func%s", sigF32)
+	w("")
+	w("// f32PrefetchPer16 is how many bytes of its pf stream a kernF32 prefetches per 16 k of kc.")
+	w("const f32PrefetchPer16 = %d", 64*prefetchF32L2)
 	w("")
 	w("// kern256 computes an mr×16 tile on half a 32-column panel: C = [C +] A·B.")
 	w("type kern256 func%s", sig256)
@@ -620,7 +727,7 @@ func declarations() []byte {
 		}
 		w("}")
 	}
-	table("f32Avx512", "gemmF32Avx512", 12, "kern512")
+	table("f32Avx512", "gemmF32Avx512", 12, "kernF32")
 	table("w16Avx512", "gemmW16Avx512", 12, "kern512")
 	table("dotAvx512", "gemmDotAvx512", 12, "kern512")
 	table("f32Avx2", "gemmF32Avx2", 6, "kern256")
@@ -632,7 +739,7 @@ func declarations() []byte {
 			w("func %s_%d%s", prefix, mr, sig)
 		}
 	}
-	decls("gemmF32Avx512", 12, sig512)
+	decls("gemmF32Avx512", 12, sigF32)
 	decls("gemmW16Avx512", 12, sig512)
 	decls("gemmDotAvx512", 12, sig512)
 	decls("gemmF32Avx2", 6, sig256)
@@ -644,6 +751,10 @@ func declarations() []byte {
 	w("")
 	w("//go:noescape")
 	w("func cvtBF16Avx512(dst unsafe.Pointer, src unsafe.Pointer, n int)")
+	w("")
+	w("//go:noescape")
+	w("func packAF32Avx512(dst unsafe.Pointer, src unsafe.Pointer, lda uintptr, rows int, kc int)")
+	amxDeclarations(&b)
 	return b.Bytes()
 }
 
@@ -672,7 +783,7 @@ func verifyEncodings() error {
 	if b, err := exec.Command("as", s, "-o", o).CombinedOutput(); err != nil {
 		return fmt.Errorf("as: %v: %s", err, b)
 	}
-	dump, err := exec.Command("objdump", "-d", "-M", "intel", o).Output()
+	dump, err := exec.Command("objdump", "-d", "--insn-width=16", "-M", "intel", o).Output()
 	if err != nil {
 		return fmt.Errorf("objdump: %w", err)
 	}

@@ -53,6 +53,10 @@ type Config struct {
 	// variant per batch), threshold (blockM 128, 64 when padding at 128 exceeds 1.5: the GPU
 	// reference behaviour) or fixed:<128|64|32|16|exact>. "" means the kernels' default (threshold).
 	MoEPolicy string `yaml:"moe_policy"`
+	// BF16Matmul is how bf16 weights are multiplied: auto (AMX with f32 accuracy where the CPU
+	// has it, else AVX-512), widen (AVX-512, f32 activations) or bf16 (bf16 dot products:
+	// fastest, activations rounded to bf16). See kernels.SetBF16Matmul.
+	BF16Matmul string `yaml:"bf16_matmul"`
 	// PrefixCacheBytes is the cross-request prefix KV cache budget in bytes; 0 disables it.
 	PrefixCacheBytes int64 `yaml:"prefix_cache_bytes"`
 	// DrainTimeout bounds how long a shutdown waits for queued and running work; 0 means no wait
@@ -75,6 +79,7 @@ func Default() Config {
 		MaxBatchTokens:   8192,
 		MaxQueueBatches:  256,
 		MoEPolicy:        "auto",
+		BF16Matmul:       kernels.BF16MatmulAuto,
 		PrefixCacheBytes: 256 << 20,
 		DrainTimeout:     30 * time.Second,
 	}
@@ -150,6 +155,11 @@ func (c *Config) Validate() error {
 		if _, err := kernels.ParseMoEPolicy(c.MoEPolicy); err != nil {
 			return fmt.Errorf("scorer.moe_policy: %w", err)
 		}
+	}
+	switch c.BF16Matmul {
+	case "", kernels.BF16MatmulAuto, kernels.BF16MatmulWiden, kernels.BF16MatmulBF16:
+	default:
+		return fmt.Errorf("scorer.bf16_matmul: %q: want auto, widen or bf16", c.BF16Matmul)
 	}
 	return nil
 }

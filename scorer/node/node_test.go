@@ -817,6 +817,8 @@ func TestConfig(t *testing.T) {
 		{"negative cache", "model: /m\nprefix_cache_bytes: -5\n", "scorer.prefix_cache_bytes: must be ≥ 0, got -5"},
 		{"bad policy", "model: /m\nmoe_policy: fixed:x\n", `scorer.moe_policy: moe policy "fixed:x": unknown MoE variant "x"`},
 		{"fixed policy", "model: /m\nmoe_policy: fixed:64\n", ""},
+		{"bad bf16 matmul", "model: /m\nbf16_matmul: fp8\n", `scorer.bf16_matmul: "fp8": want auto, widen or bf16`},
+		{"bf16 matmul", "model: /m\nbf16_matmul: widen\n", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
