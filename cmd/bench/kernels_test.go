@@ -20,7 +20,7 @@ func TestKernelsJSONContract(t *testing.T) {
 		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout.String())
 	}
 	for _, k := range []string{"peak_f32_gflops", "gemm_f32_gflops", "gemm_bf16_gflops", "gemm_f32_gflops_2t",
-		"gemm_f32_efficiency", "gemm_f32_2t_speedup", "gemm_bf16_widen_gflops", "gemm_bf16_dot_gflops", "gemm_bf16_over_f32"} {
+		"gemm_f32_efficiency", "gemm_f32_2t_speedup", "gemm_bf16_widen_gflops", "gemm_bf16_auto_gflops", "gemm_bf16_over_f32"} {
 		if _, ok := got[k].(float64); !ok {
 			t.Errorf("%s missing or not a number: %v", k, got[k])
 		}

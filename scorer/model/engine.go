@@ -48,10 +48,11 @@ type Options struct {
 	// full price: ~120 ms per small batch on the small model). The engine holds its own kernels.MoERunner;
 	// under "auto" Load measures the cost table (about a second). Ignored by dense models.
 	MoEPolicy string
-	// BF16Matmul is how bf16 weights are multiplied (kernels.SetBF16Matmul): "auto" (or "") —
-	// AMX tiles with activations split into three bf16 terms, f32 accuracy, where the CPU has
-	// AMX; "widen" — f32 activations on AVX-512; "bf16" — bf16 dot products (activations rounded
-	// to bf16: fastest, at bf16 accuracy). Process-wide, like Threads.
+	// BF16Matmul is how bf16 weights are multiplied (kernels.SetBF16Matmul): "auto" — AMX tiles
+	// with activations split into three bf16 terms, f32 accuracy, where the CPU has AMX;
+	// "widen" — f32 activations on AVX-512; "bf16" — bf16 dot products (activations rounded to
+	// bf16: fastest, at bf16 accuracy); "" keeps the kernels' setting (auto unless the
+	// KERNELS_BF16_AMX / KERNELS_BF16_DOT environment chose otherwise). Process-wide, like Threads.
 	BF16Matmul string
 	// Name is the model name reported in Info; "" uses the folder's base name.
 	Name string
@@ -136,9 +137,11 @@ func Load(dir string, opt Options) (*Engine, error) {
 	if opt.Threads > 0 {
 		kernels.SetThreads(opt.Threads)
 	}
-	if err := kernels.SetBF16Matmul(opt.BF16Matmul); err != nil {
-		ck.Close()
-		return nil, fmt.Errorf("load model: %w", err)
+	if opt.BF16Matmul != "" {
+		if err := kernels.SetBF16Matmul(opt.BF16Matmul); err != nil {
+			ck.Close()
+			return nil, fmt.Errorf("load model: %w", err)
+		}
 	}
 	// The auto policy needs a cost table per expert shape; measure it now rather than on the
 	// first request (every sparse layer of these models has the same shape).
