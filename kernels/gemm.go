@@ -10,9 +10,11 @@ import (
 // (gemm_pack.go); each call walks cache blocks of the weight (kc × ≤512 columns) and, inside a
 // block, row micro-tiles of up to 12 rows (AVX-512; 6 with AVX2) against every 32-column panel
 // of the block: a 12×32 tile is 24 zmm accumulators, per k two loads of B, one broadcast of A
-// per row and two FMAs per row. A is read in place (copied once to a padded stride when its
-// rows are a multiple of 4 KB apart), or rounded to bf16 pairs once per call for the VDPBF16PS
-// path. Ragged rows use the micro-kernel of that height (there is one per height 1…12), ragged
+// per row and two FMAs per row. For f32 weights on AVX-512, A is packed once per call into
+// 16-k chunks of each 12-row micro-tile (one pointer, short offsets) and the next block of B is
+// prefetched into L2 during the last micro-tile rows of the current one; bf16 weights read A in
+// place (copied once to a padded stride when its rows are a multiple of 4 KB apart), or rounded
+// to bf16 once per call for the dot-product paths (AMX: in tile order, gemm_amx_amd64.go). Ragged rows use the micro-kernel of that height (there is one per height 1…12), ragged
 // columns a store mask (AVX2: a scratch tile), so nothing outside [n0, n1) is ever written.
 // Dispatch (gemm_amd64.go, cpu_amd64.go) picks the most capable implementation the CPU runs:
 //

@@ -363,6 +363,7 @@ TEXT ·gemmAmxBF16r16_3(SB), NOSPLIT, $0-64
 	MOVQ cfg+0(FP), AX
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0x00 // ldtilecfg [rax]
 	MOVQ a0+8(FP), SI
+	MOVQ a1+16(FP), DI
 	MOVQ $64, AX
 	MOVQ b+24(FP), BX
 	LEAQ 64(BX), DX

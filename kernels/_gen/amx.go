@@ -105,6 +105,49 @@ func (g *gen) amx() {
 	g.cvtTiles()
 }
 
+// amxPrologue emits a kernel's entry: load the tile configuration, the argument registers (SI, DI:
+// A rows 0–15 and 16–31; AX: A's tile stride 64; BX, DX: B columns 0–15 and 16–31; CX: B's
+// stride 128; R9: steps) and a jump to the loop of each shape (0, step, 2·step, …, < 4).
+func (g *gen) amxPrologue(name string, step int) {
+	l := strings.ToLower(name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-64", name)
+	g.p("\tMOVQ cfg+0(FP), AX")
+	g.amxIns("ldtilecfg [rax]", []byte{0xc4, 0xe2, 0x78, 0x49, 0x00})
+	g.p("\tMOVQ a0+8(FP), SI")
+	g.p("\tMOVQ a1+16(FP), DI")
+	g.p("\tMOVQ $64, AX")
+	g.p("\tMOVQ b+24(FP), BX")
+	g.p("\tLEAQ 64(BX), DX")
+	g.p("\tMOVQ $128, CX")
+	g.p("\tMOVQ steps+32(FP), R9")
+	g.p("\tMOVQ shape+56(FP), R10")
+	for shape := 0; shape < 4; shape += step {
+		g.p("\tCMPQ R10, $%d", shape)
+		g.p("\tJEQ %s_s%d", l, shape)
+	}
+	g.p("\tJMP %s_done", l) // unreachable for valid shapes; leaves dst untouched
+}
+
+// amxPrefetch emits the software prefetches of one loop step. A tile load cannot start before
+// the previous step's TDPBF16PS have read its register (tiles are not renamed), so without them
+// every step waits out a cache miss. B (one 2 KB step, both column tiles) comes from L3 on a
+// panel's first row block; A's tiles are contiguous, 1 KB each.
+func (g *gen) amxPrefetch(parts int, rows2 bool) {
+	if *amxPfB > 0 {
+		for j := 0; j < 32; j++ {
+			g.p("\tPREFETCHT0 %d(BX)", *amxPfB*2048+j*64)
+		}
+	}
+	if *amxPfA > 0 {
+		for j := 0; j < 16*parts; j++ {
+			g.p("\tPREFETCHT0 %d(SI)", *amxPfA*parts*1024+j*64)
+			if rows2 {
+				g.p("\tPREFETCHT0 %d(DI)", *amxPfA*parts*1024+j*64)
+			}
+		}
+	}
+}
+
 // amxKernel emits gemmAmxBF16_<parts>. A comes in tile order (see kernels/gemm_amx_amd64.go):
 // for each 16-row block and each step of 16 k-pairs, the parts' 16×64-byte tiles one after the
 // other, so every tile is 1 KB contiguous (stride 64), a part is a constant displacement away and
@@ -117,22 +160,7 @@ func (g *gen) amxKernel(parts int) {
 	g.p("")
 	g.p("// func %s(cfg unsafe.Pointer, a0 unsafe.Pointer, a1 unsafe.Pointer, b unsafe.Pointer, steps int, c unsafe.Pointer, ldc uintptr, shape int)", name)
 	g.p("// a0, a1: the tiles of rows 0–15 and 16–31 at step 0. shape bit 0: a second row tile; bit 1: a second column tile.")
-	g.p("TEXT ·%s(SB), NOSPLIT, $0-64", name)
-	g.p("\tMOVQ cfg+0(FP), AX")
-	g.amxIns("ldtilecfg [rax]", []byte{0xc4, 0xe2, 0x78, 0x49, 0x00})
-	g.p("\tMOVQ a0+8(FP), SI")
-	g.p("\tMOVQ a1+16(FP), DI")
-	g.p("\tMOVQ $64, AX")
-	g.p("\tMOVQ b+24(FP), BX")
-	g.p("\tLEAQ 64(BX), DX")
-	g.p("\tMOVQ $128, CX")
-	g.p("\tMOVQ steps+32(FP), R9")
-	g.p("\tMOVQ shape+56(FP), R10")
-	for shape := 0; shape < 4; shape++ {
-		g.p("\tCMPQ R10, $%d", shape)
-		g.p("\tJEQ %s_s%d", l, shape)
-	}
-	g.p("\tJMP %s_done", l) // unreachable for valid shapes; leaves dst untouched
+	g.amxPrologue(name, 1)
 	for shape := 0; shape < 4; shape++ {
 		rows2, cols2 := shape&1 != 0, shape&2 != 0
 		g.p("%s_s%d:", l, shape)
@@ -142,23 +170,7 @@ func (g *gen) amxKernel(parts int) {
 			}
 		}
 		g.p("%s_s%d_loop:", l, shape)
-		// Software prefetch: a tile load cannot start before the previous step's TDPBF16PS have
-		// read its register (tiles are not renamed), so without it every step waits out a
-		// cache miss. B (one 2 KB step, both column tiles) comes from L3 on a panel's first
-		// row block; A's tiles are contiguous, 1 KB each.
-		if *amxPfB > 0 {
-			for j := 0; j < 32; j++ {
-				g.p("\tPREFETCHT0 %d(BX)", *amxPfB*2048+j*64-0)
-			}
-		}
-		if *amxPfA > 0 {
-			for j := 0; j < 16*parts; j++ {
-				g.p("\tPREFETCHT0 %d(SI)", *amxPfA*parts*1024+j*64)
-				if rows2 {
-					g.p("\tPREFETCHT0 %d(DI)", *amxPfA*parts*1024+j*64)
-				}
-			}
-		}
+		g.amxPrefetch(parts, rows2)
 		g.tileLoad(6, rBX, rCX)
 		if cols2 {
 			g.tileLoad(7, rDX, rCX)
@@ -218,21 +230,7 @@ func (g *gen) amxKernel16(parts int) {
 	g.p("")
 	g.p("// func %s(cfg unsafe.Pointer, a0 unsafe.Pointer, a1 unsafe.Pointer, b unsafe.Pointer, steps int, c unsafe.Pointer, ldc uintptr, shape int)", name)
 	g.p("// shape bit 1: a second column tile (columns 16–31).")
-	g.p("TEXT ·%s(SB), NOSPLIT, $0-64", name)
-	g.p("\tMOVQ cfg+0(FP), AX")
-	g.amxIns("ldtilecfg [rax]", []byte{0xc4, 0xe2, 0x78, 0x49, 0x00})
-	g.p("\tMOVQ a0+8(FP), SI")
-	g.p("\tMOVQ $64, AX")
-	g.p("\tMOVQ b+24(FP), BX")
-	g.p("\tLEAQ 64(BX), DX")
-	g.p("\tMOVQ $128, CX")
-	g.p("\tMOVQ steps+32(FP), R9")
-	g.p("\tMOVQ shape+56(FP), R10")
-	for shape := 0; shape < 4; shape += 2 {
-		g.p("\tCMPQ R10, $%d", shape)
-		g.p("\tJEQ %s_s%d", l, shape)
-	}
-	g.p("\tJMP %s_done", l)
+	g.amxPrologue(name, 2)
 	for shape := 0; shape < 4; shape += 2 {
 		cols2 := shape&2 != 0
 		g.p("%s_s%d:", l, shape)
@@ -241,16 +239,7 @@ func (g *gen) amxKernel16(parts int) {
 			g.tileZero(1)
 		}
 		g.p("%s_s%d_loop:", l, shape)
-		if *amxPfB > 0 {
-			for j := 0; j < 32; j++ {
-				g.p("\tPREFETCHT0 %d(BX)", *amxPfB*2048+j*64)
-			}
-		}
-		if *amxPfA > 0 {
-			for j := 0; j < 16*parts; j++ {
-				g.p("\tPREFETCHT0 %d(SI)", *amxPfA*parts*1024+j*64)
-			}
-		}
+		g.amxPrefetch(parts, false)
 		g.tileLoad(6, rBX, rCX)
 		if cols2 {
 			g.tileLoad(7, rDX, rCX)
