@@ -36,6 +36,16 @@ const amxMinRows = 4
 // amxSplitParts is the number of bf16 terms per activation on the default (f32-accuracy) path.
 const amxSplitParts = 3
 
+// rowGranule is the number of rows a product of m rows with w costs as a multiple of: the AMX
+// path computes whole 16-row tiles (padding included), the AVX-512 paths 1-row multiples (they
+// have a micro-kernel per height). The MoE cost model rounds row counts up to it.
+func rowGranule(w *Weight, m int) int {
+	if w != nil && w.DType == BF16 && m >= amxMinRows && activeISA() >= isaAMX && (amxSplit.Load() || bf16Dot.Load()) {
+		return 16
+	}
+	return 1
+}
+
 // amxConfig is the 64-byte tile configuration LDTILECFG reads (palette 1).
 type amxConfig struct {
 	palette  uint8

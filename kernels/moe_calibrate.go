@@ -3,6 +3,7 @@ package kernels
 import (
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -10,14 +11,17 @@ import (
 // model ItemSeconds + n·RowSeconds is fitted to them by least squares.
 var exactSamples = []int{4, 16, 64, exactChunkRows}
 
-// measureMoECosts measures a cost table for the layer shape sh on the calling goroutine.
+// measureMoECosts measures a cost table for the layer shape sh.
 //
 // Each round times one work item of every kind (a whole tile of each block variant, and exact
 // items of each sample size), each on the next expert in turn so the weights come from memory
 // as in a real pass, not from a cache warmed by the previous repetition. Rounds repeat until the
 // budget is spent (at least one, at most 31); the median per kind is robust to outliers. Times
 // are the thread's CPU time (Linux), so work from other processes on the same cores does not
-// count — only the cycles the kernels got.
+// count — only the cycles the kernels got. The rounds run on as many goroutines as the grouped
+// GEMM uses (Threads()), each on its own experts, so the table includes what the threads cost
+// each other in shared cache and memory bandwidth: with AMX, whose arithmetic outruns memory,
+// one-thread costs were 20–30 % low for big batches on two threads and misled the choice.
 func measureMoECosts(experts []Expert, sh moeShape, budget time.Duration) MoECostTable {
 	var pool []*Expert
 	for e := range experts {
@@ -25,16 +29,6 @@ func measureMoECosts(experts []Expert, sh moeShape, budget time.Duration) MoECos
 			pool = append(pool, &experts[e])
 		}
 	}
-	tile := max(128, exactChunkRows)
-	rng := rand.New(rand.NewPCG(1, 2))
-	xs := make([]float32, tile*sh.hidden)
-	for i := range xs {
-		xs[i] = float32(rng.NormFloat64())
-	}
-	gs := make([]float32, tile*sh.inter)
-	u := make([]float32, tile*sh.inter)
-	ys := make([]float32, tile*sh.hidden)
-
 	type kind struct {
 		m, blockM int
 	}
@@ -45,30 +39,57 @@ func measureMoECosts(experts []Expert, sh moeShape, budget time.Duration) MoECos
 	for _, m := range exactSamples {
 		kinds = append(kinds, kind{m, 0})
 	}
-	samples := make([][]float64, len(kinds))
-	next := 0
-	var clock cpuClock
-	clock.lock()
-	defer clock.unlock()
+	workers := max(1, min(Threads(), len(pool)))
+	perWorker := make([][][]float64, workers)
 	start := time.Now()
-	for round := 0; round < 31 && (round == 0 || time.Since(start) < budget); round++ {
-		for i, k := range kinds {
-			ex := pool[next%len(pool)]
-			next++
-			t0 := clock.now()
-			gateUpItem(ex, gs, xs, u, sh.hidden, sh.inter, k.m, 0, sh.inter, k.blockM)
-			downItem(ex, ys, gs, sh.hidden, sh.inter, k.m, 0, sh.hidden, k.blockM)
-			samples[i] = append(samples[i], (clock.now() - t0).Seconds())
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tile := max(128, exactChunkRows)
+			rng := rand.New(rand.NewPCG(1, uint64(w)))
+			xs := make([]float32, tile*sh.hidden)
+			for i := range xs {
+				xs[i] = float32(rng.NormFloat64())
+			}
+			gs := make([]float32, tile*sh.inter)
+			u := make([]float32, tile*sh.inter)
+			ys := make([]float32, tile*sh.hidden)
+			samples := make([][]float64, len(kinds))
+			next := w // workers start on different experts and stay apart
+			var clock cpuClock
+			clock.lock()
+			defer clock.unlock()
+			for round := 0; round < 31 && (round == 0 || time.Since(start) < budget); round++ {
+				for i, k := range kinds {
+					ex := pool[next%len(pool)]
+					next += workers
+					t0 := clock.now()
+					gateUpItem(ex, gs, xs, u, sh.hidden, sh.inter, k.m, 0, sh.inter, k.blockM)
+					downItem(ex, ys, gs, sh.hidden, sh.inter, k.m, 0, sh.hidden, k.blockM)
+					samples[i] = append(samples[i], (clock.now() - t0).Seconds())
+				}
+			}
+			perWorker[w] = samples
+		}()
+	}
+	wg.Wait()
+	samples := make([][]float64, len(kinds))
+	for _, ws := range perWorker {
+		for i := range samples {
+			samples[i] = append(samples[i], ws[i]...)
 		}
 	}
 	var c MoECostTable
 	for v := range numBlockVariants {
 		c.TileSeconds[v] = median(samples[v])
 	}
+	c.RowGranule = rowGranule(pool[0].Gate, exactChunkRows)
 	ms := make([]float64, len(exactSamples))
 	ts := make([]float64, len(exactSamples))
 	for i, m := range exactSamples {
-		ms[i] = float64(m)
+		ms[i] = float64(c.granuleRows(m))
 		ts[i] = median(samples[numBlockVariants+i])
 	}
 	c.ItemSeconds, c.RowSeconds = fitAffine(ms, ts)

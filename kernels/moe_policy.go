@@ -170,9 +170,11 @@ type MoECostTable struct {
 	// TileSeconds[v] is the time of one whole tile of block variant v: gate and up over BlockM
 	// rows, SiLU·mul, down.
 	TileSeconds [numBlockVariants]float64
-	// The exact variant's work item of n rows costs ItemSeconds + n·RowSeconds: ItemSeconds is
-	// mostly streaming the expert's weights, RowSeconds the arithmetic of one row.
+	// The exact variant's work item of n rows costs ItemSeconds + n′·RowSeconds, n′ being n
+	// rounded up to RowGranule (16 where the products run on AMX tiles, else 1): ItemSeconds
+	// is mostly streaming the expert's weights, RowSeconds the arithmetic of one row.
 	ItemSeconds, RowSeconds float64
+	RowGranule              int
 }
 
 // Predict is the modelled time of running variant v over experts with counts routed rows each:
@@ -182,7 +184,7 @@ func (c *MoECostTable) Predict(v MoEVariant, counts []int) float64 {
 		var t float64
 		for _, n := range counts {
 			if n > 0 {
-				t += float64((n+exactChunkRows-1)/exactChunkRows)*c.ItemSeconds + float64(n)*c.RowSeconds
+				t += float64((n+exactChunkRows-1)/exactChunkRows)*c.ItemSeconds + float64(c.granuleRows(n))*c.RowSeconds
 			}
 		}
 		return t
@@ -193,6 +195,17 @@ func (c *MoECostTable) Predict(v MoEVariant, counts []int) float64 {
 		tiles += (n + b - 1) / b
 	}
 	return float64(tiles) * c.TileSeconds[v]
+}
+
+// granuleRows is the rows n costs in the exact variant: each chunk of ≤ exactChunkRows rounded
+// up to RowGranule.
+func (c *MoECostTable) granuleRows(n int) int {
+	g := max(c.RowGranule, 1)
+	if g == 1 {
+		return n
+	}
+	full, rest := n/exactChunkRows, n%exactChunkRows
+	return full*roundUp(exactChunkRows, g) + roundUp(rest, g)
 }
 
 // Cheapest returns the variant with the least predicted time (the earlier one on a tie).
