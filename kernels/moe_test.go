@@ -324,7 +324,7 @@ func TestAutoPicksCheapest(t *testing.T) {
 			table:  MoECostTable{TileSeconds: [4]float64{200, 70, 60, 50}, ItemSeconds: 500, RowSeconds: 1},
 			counts: []int{60, 64, 50},
 			want:   VariantBlock64, // 3·70 = 210 vs block32: 6·60 = 360, block128: 600
-		},		{
+		}, {
 			// The same table as "exact cheapest", but rows cost in 16-row tiles (AMX): exact pays
 			// 4·2 + (16+16+16+160) = 216, more than block16's 208.
 			name:   "exact rounded to the row granule",
