@@ -137,6 +137,9 @@ const (
 // SetBF16Matmul sets how bf16 weights are multiplied, by name (BF16MatmulAuto, …; "" is
 // auto): it combines SetBF16AMX and SetBF16DotProducts. Process-wide, like SetThreads.
 func SetBF16Matmul(mode string) error {
+	if err := CheckBF16Matmul(mode); err != nil {
+		return fmt.Errorf("bf16 matmul mode %w", err)
+	}
 	switch mode {
 	case "", BF16MatmulAuto:
 		SetBF16DotProducts(false)
@@ -147,10 +150,18 @@ func SetBF16Matmul(mode string) error {
 	case BF16MatmulBF16:
 		SetBF16DotProducts(true)
 		SetBF16AMX(true)
-	default:
-		return fmt.Errorf("bf16 matmul mode %q: want auto, widen or bf16", mode)
 	}
 	return nil
+}
+
+// CheckBF16Matmul reports whether mode names a bf16 matmul mode ("" is auto), for validating
+// configuration before anything is loaded.
+func CheckBF16Matmul(mode string) error {
+	switch mode {
+	case "", BF16MatmulAuto, BF16MatmulWiden, BF16MatmulBF16:
+		return nil
+	}
+	return fmt.Errorf("%q: want auto, widen or bf16", mode)
 }
 
 // BF16MatmulMode is the mode SetBF16Matmul last set (or the environment chose at start-up).

@@ -77,33 +77,30 @@ var scratchPool = sync.Pool{New: func() any { return new([6 * 16]float32) }}
 func (op *gemmOp) prepare(isa isaLevel, dst []float32, ldDst int, x []float32, ldX int, m int, w *Weight) {
 	*op = gemmOp{isa: isa, k: w.K, n: w.N, dst: unsafe.Pointer(unsafe.SliceData(dst)), ldc: uintptr(ldDst) * 4}
 	op.a, op.lda = unsafe.Pointer(unsafe.SliceData(x)), uintptr(ldX)*4
-	switch {
-	case w.DType == F32:
+	if w.DType == F32 {
 		op.mode, op.kcBlock = modeF32, kcF32
 		op.b, op.panelBytes = unsafe.Pointer(unsafe.SliceData(w.p32)), uintptr(w.K)*panelWidth*4
 		op.k256 = &f32Avx2
 		if isa >= isaAVX512 {
 			op.kf32 = &f32Avx512 // A is packed by packA once the tiling is known
-			break
+			return
 		}
 		op.unalias(x, ldX, m)
-	case isa >= isaAVX512BF16 && bf16Dot.Load():
-		op.mode, op.kcBlock = modeDot, kcBF16
-		op.b, op.panelBytes = unsafe.Pointer(unsafe.SliceData(w.p16)), uintptr(bf16PanelPairs(w.K))*panelWidth*4
-		op.k512 = &dotAvx512
-		if isa >= isaAMX && m >= amxMinRows {
-			op.mode = modeAMX
-			op.toAMXTiles(x, ldX, m, 1)
-		} else {
-			op.toBF16Pairs(x, ldX, m)
-		}
-	case isa >= isaAMX && amxSplit.Load() && m >= amxMinRows:
+		return
+	}
+	op.b, op.panelBytes = unsafe.Pointer(unsafe.SliceData(w.p16)), uintptr(bf16PanelPairs(w.K))*panelWidth*4
+	switch {
+	case isa >= isaAMX && m >= amxMinRows && bf16Dot.Load():
 		op.mode = modeAMX
-		op.b, op.panelBytes = unsafe.Pointer(unsafe.SliceData(w.p16)), uintptr(bf16PanelPairs(w.K))*panelWidth*4
+		op.toAMXTiles(x, ldX, m, 1)
+	case isa >= isaAVX512BF16 && bf16Dot.Load():
+		op.mode, op.kcBlock, op.k512 = modeDot, kcBF16, &dotAvx512
+		op.toBF16Pairs(x, ldX, m)
+	case isa >= isaAMX && m >= amxMinRows && amxSplit.Load():
+		op.mode = modeAMX
 		op.toAMXTiles(x, ldX, m, amxSplitParts)
 	default:
 		op.mode, op.kcBlock = modeW16, kcBF16
-		op.b, op.panelBytes = unsafe.Pointer(unsafe.SliceData(w.p16)), uintptr(bf16PanelPairs(w.K))*panelWidth*4
 		op.k512, op.k256 = &w16Avx512, &w16Avx2
 		op.unalias(x, ldX, m)
 	}

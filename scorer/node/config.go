@@ -156,10 +156,8 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("scorer.moe_policy: %w", err)
 		}
 	}
-	switch c.BF16Matmul {
-	case "", kernels.BF16MatmulAuto, kernels.BF16MatmulWiden, kernels.BF16MatmulBF16:
-	default:
-		return fmt.Errorf("scorer.bf16_matmul: %q: want auto, widen or bf16", c.BF16Matmul)
+	if err := kernels.CheckBF16Matmul(c.BF16Matmul); err != nil {
+		return fmt.Errorf("scorer.bf16_matmul: %w", err)
 	}
 	return nil
 }
