@@ -46,6 +46,31 @@ func rowGranule(w *Weight, m int) int {
 	return 1
 }
 
+// passRows is the most rows a product with w computes per pass over w's panels (the weight is
+// read from cache or memory once per that many rows), 0 when one pass serves any number of rows.
+// On AMX it is the L2 chunk of A (amxChunkRows); the AVX-512 paths block rows inside one pass.
+func passRows(w *Weight) int {
+	if w == nil || w.DType != BF16 || activeISA() < isaAMX {
+		return 0
+	}
+	parts := 0
+	switch {
+	case bf16Dot.Load():
+		parts = 1
+	case amxSplit.Load():
+		parts = amxSplitParts
+	default:
+		return 0
+	}
+	return amxChunkRows(bf16PanelPairs(w.K)/16, parts)
+}
+
+// amxChunkRows is the rows of A, in tile order with parts terms over steps 32-value k chunks,
+// that fit in amxChunkBytes: a multiple of 32, at least 32.
+func amxChunkRows(steps, parts int) int {
+	return max(32, amxChunkBytes/(steps*parts*64)/32*32)
+}
+
 // amxConfig is the 64-byte tile configuration LDTILECFG reads (palette 1).
 type amxConfig struct {
 	palette  uint8
@@ -175,7 +200,7 @@ func (op *gemmOp) blockAMX(r0, r1, c0, c1 int) {
 	}
 	// Rows in chunks whose A (tile order, all parts) stays in L2 while the panels stream past:
 	// with more rows, A would come from L3 once per panel.
-	chunk := max(32, amxChunkBytes/(int(op.lda)/16)/32*32)
+	chunk := amxChunkRows(steps, op.amxParts)
 	for q0 := r0; q0 < r1; q0 += chunk {
 		op.chunkAMX(&cfg, steps, height, q0, min(q0+chunk, r1), c0, c1)
 	}

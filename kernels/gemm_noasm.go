@@ -14,5 +14,8 @@ func linearImpl(dst, x []float32, m int, w *Weight, t int) { linearGeneric(dst, 
 // rowGranule: the reference computes exactly the rows asked for.
 func rowGranule(*Weight, int) int { return 1 }
 
+// passRows: the reference reads the weight once per row; no row blocking to match.
+func passRows(*Weight) int { return 0 }
+
 // peakRun has no FMA chains to run: the peak reads 0.
 func peakRun(isaLevel, bool, int) (flopsPerIter float64) { return 0 }

@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// exactSamples are the row counts at which the exact variant's item cost is measured; the cost
-// model ItemSeconds + n·RowSeconds is fitted to them by least squares.
-var exactSamples = []int{4, 16, 64, exactChunkRows}
+// exactSamples are the row counts at which the exact variant's item cost is measured (h is the
+// item height, exactItemRows); the model ItemSeconds + n·RowSeconds is fitted to them by least
+// squares.
+func exactSamples(h int) []int { return []int{4, 16, h / 2, h} }
 
 // measureMoECosts measures a cost table for the layer shape sh.
 //
@@ -29,6 +30,7 @@ func measureMoECosts(experts []Expert, sh moeShape, budget time.Duration) MoECos
 			pool = append(pool, &experts[e])
 		}
 	}
+	h := exactItemRows(pool[0].Gate)
 	type kind struct {
 		m, blockM int
 	}
@@ -36,7 +38,7 @@ func measureMoECosts(experts []Expert, sh moeShape, budget time.Duration) MoECos
 	for v := MoEVariant(0); int(v) < numBlockVariants; v++ {
 		kinds = append(kinds, kind{v.BlockM(), v.BlockM()})
 	}
-	for _, m := range exactSamples {
+	for _, m := range exactSamples(h) {
 		kinds = append(kinds, kind{m, 0})
 	}
 	workers := max(1, min(Threads(), len(pool)))
@@ -47,7 +49,7 @@ func measureMoECosts(experts []Expert, sh moeShape, budget time.Duration) MoECos
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tile := max(128, exactChunkRows)
+			tile := max(128, h)
 			rng := rand.New(rand.NewPCG(1, uint64(w)))
 			xs := make([]float32, tile*sh.hidden)
 			for i := range xs {
@@ -85,10 +87,12 @@ func measureMoECosts(experts []Expert, sh moeShape, budget time.Duration) MoECos
 	for v := range numBlockVariants {
 		c.TileSeconds[v] = median(samples[v])
 	}
-	c.RowGranule = rowGranule(pool[0].Gate, exactChunkRows)
-	ms := make([]float64, len(exactSamples))
-	ts := make([]float64, len(exactSamples))
-	for i, m := range exactSamples {
+	c.RowGranule = rowGranule(pool[0].Gate, h)
+	c.ItemRows = h
+	samp := exactSamples(h)
+	ms := make([]float64, len(samp))
+	ts := make([]float64, len(samp))
+	for i, m := range samp {
 		ms[i] = float64(c.granuleRows(m))
 		ts[i] = median(samples[numBlockVariants+i])
 	}

@@ -10,7 +10,7 @@ import (
 // The block variants lay each expert's rows out in a segment padded to a multiple of BlockM and
 // compute whole BlockM-row tiles, padding rows included, as GPU grouped-GEMM kernels do. The
 // exact variant packs the segments without padding and computes each expert's real rows in work
-// items of up to exactChunkRows rows; the GEMM kernel rounds only the last micro-tile up.
+// items of up to exactItemRows rows; the GEMM kernel rounds only the last micro-tile up.
 type MoEVariant uint8
 
 const (
@@ -165,7 +165,8 @@ func chooseThreshold(counts []int) MoEVariant {
 }
 
 // MoECostTable is the cost model of PolicyAuto, measured on this machine for one layer shape
-// (hidden, expert width, weight type) on one thread. Units are seconds.
+// (hidden, expert width, weight type) on the threads the grouped GEMM uses. Units are seconds
+// of one thread's CPU time.
 type MoECostTable struct {
 	// TileSeconds[v] is the time of one whole tile of block variant v: gate and up over BlockM
 	// rows, SiLU·mul, down.
@@ -175,16 +176,26 @@ type MoECostTable struct {
 	// is mostly streaming the expert's weights, RowSeconds the arithmetic of one row.
 	ItemSeconds, RowSeconds float64
 	RowGranule              int
+	// ItemRows is the exact variant's work-item height (exactItemRows); 0 means exactChunkRows.
+	ItemRows int
+}
+
+func (c *MoECostTable) itemRows() int {
+	if c.ItemRows > 0 {
+		return c.ItemRows
+	}
+	return exactChunkRows
 }
 
 // Predict is the modelled time of running variant v over experts with counts routed rows each:
 // Σ tiles × cost per tile, or for exact Σ items × ItemSeconds + rows × RowSeconds.
 func (c *MoECostTable) Predict(v MoEVariant, counts []int) float64 {
 	if v == VariantExact {
+		h := c.itemRows()
 		var t float64
 		for _, n := range counts {
 			if n > 0 {
-				t += float64((n+exactChunkRows-1)/exactChunkRows)*c.ItemSeconds + float64(c.granuleRows(n))*c.RowSeconds
+				t += float64((n+h-1)/h)*c.ItemSeconds + float64(c.granuleRows(n))*c.RowSeconds
 			}
 		}
 		return t
@@ -197,15 +208,16 @@ func (c *MoECostTable) Predict(v MoEVariant, counts []int) float64 {
 	return float64(tiles) * c.TileSeconds[v]
 }
 
-// granuleRows is the rows n costs in the exact variant: each chunk of ≤ exactChunkRows rounded
+// granuleRows is the rows n costs in the exact variant: each item of ≤ ItemRows rows rounded
 // up to RowGranule.
 func (c *MoECostTable) granuleRows(n int) int {
 	g := max(c.RowGranule, 1)
 	if g == 1 {
 		return n
 	}
-	full, rest := n/exactChunkRows, n%exactChunkRows
-	return full*roundUp(exactChunkRows, g) + roundUp(rest, g)
+	h := c.itemRows()
+	full, rest := n/h, n%h
+	return full*roundUp(h, g) + roundUp(rest, g)
 }
 
 // Cheapest returns the variant with the least predicted time (the earlier one on a tie).

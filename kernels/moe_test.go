@@ -3,6 +3,7 @@ package kernels
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -535,4 +536,73 @@ func TestMoERunAllocs(t *testing.T) {
 			t.Errorf("%v: Run allocates %.1f objects per call, want 0", v, n)
 		}
 	}
+}
+
+// TestPlanItems: every row and column of every expert is covered once; each expert's items are
+// adjacent (they run while its weights are in cache), experts with more rows computed come
+// first, and a block variant's partial last tile, as costly as a full one, stays with its
+// expert instead of trailing the queue.
+func TestPlanItems(t *testing.T) {
+	counts := []int{5, 0, 130, 64, 1}
+	tests := []struct {
+		name            string
+		step, blockM, n int
+		workers         int
+		wantOrder       []int32
+		wantColBlocks   int
+	}{
+		{name: "block64", step: 64, blockM: 64, n: 256, workers: 1, wantOrder: []int32{2, 0, 3, 4}, wantColBlocks: 2},
+		{name: "exact", step: 64, blockM: 0, n: 256, workers: 1, wantOrder: []int32{2, 3, 0, 4}, wantColBlocks: 2},
+		{name: "many row items", step: 16, blockM: 16, n: 100, workers: 1, wantOrder: []int32{2, 3, 0, 4}, wantColBlocks: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			items, order := planItems(nil, nil, counts, tc.step, tc.blockM, tc.n, tc.workers)
+			if diff := cmp.Diff(tc.wantOrder, order); diff != "" {
+				t.Errorf("expert order (-want +got):\n%s", diff)
+			}
+			covered := make([][]int, len(counts))
+			for e := range covered {
+				covered[e] = make([]int, counts[e]*tc.n)
+			}
+			var seen []int32
+			for _, it := range items {
+				if len(seen) == 0 || seen[len(seen)-1] != it.e {
+					if slices.Contains(seen, it.e) {
+						t.Fatalf("expert %d's items are not adjacent: %v", it.e, items)
+					}
+					seen = append(seen, it.e)
+				}
+				if it.r1-it.r0 > int32(tc.step) {
+					t.Errorf("item %+v taller than the step %d", it, tc.step)
+				}
+				for r := it.r0; r < it.r1; r++ {
+					for c := it.n0; c < it.n1; c++ {
+						covered[it.e][int(r)*tc.n+int(c)]++
+					}
+				}
+			}
+			if diff := cmp.Diff(tc.wantOrder, seen); diff != "" {
+				t.Errorf("items' expert order (-want +got):\n%s", diff)
+			}
+			for e := range covered {
+				for i, k := range covered[e] {
+					if k != 1 {
+						t.Fatalf("expert %d row %d column %d covered %d times", e, i/tc.n, i%tc.n, k)
+					}
+				}
+			}
+			if got := len(items) / rowItemCount(counts, tc.step); got != tc.wantColBlocks {
+				t.Errorf("%d column blocks per row item, want %d", got, tc.wantColBlocks)
+			}
+		})
+	}
+}
+
+func rowItemCount(counts []int, step int) int {
+	n := 0
+	for _, c := range counts {
+		n += (c + step - 1) / step
+	}
+	return n
 }

@@ -235,9 +235,9 @@ func kernelsMain(args []string, stdout, stderr io.Writer) error {
 		rep.CostTables[l.Name] = table
 		fmt.Fprintf(text, "== %s: %d experts, top-%d, hidden %d, width %d, %s weights (%d distinct sets), %d threads\n",
 			l.Name, l.Experts, l.TopK, h, in, dt, *weightSets, *threads)
-		fmt.Fprintf(text, "   auto cost table (%v): tile µs 128:%.0f 64:%.0f 32:%.0f 16:%.0f; exact item %.0f µs + %.2f µs/row\n",
+		fmt.Fprintf(text, "   auto cost table (%v): tile µs 128:%.0f 64:%.0f 32:%.0f 16:%.0f; exact %d-row items: %.0f µs + %.2f µs/row\n",
 			time.Since(t0).Round(time.Millisecond), table.TileSeconds[0]*1e6, table.TileSeconds[1]*1e6,
-			table.TileSeconds[2]*1e6, table.TileSeconds[3]*1e6, table.ItemSeconds*1e6, table.RowSeconds*1e6)
+			table.TileSeconds[2]*1e6, table.TileSeconds[3]*1e6, table.ItemRows, table.ItemSeconds*1e6, table.RowSeconds*1e6)
 		for _, d := range selDists {
 			r, err := benchDist(l, d, h, in, experts, auto, threshold, *reps, *seed, *clock == "cpu")
 			if err != nil {
