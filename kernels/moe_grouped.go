@@ -391,7 +391,8 @@ func runGrouped(sc *moeScratch, out, x []float32, hidden int, experts []Expert, 
 	nE := len(experts)
 	blockM := v.BlockM()
 	align := max(blockM, 1)
-	inter := experts[firstActive(counts)].Gate.N
+	gate := experts[firstActive(counts)].Gate
+	inter := gate.N
 
 	// Layout: segment e starts at segStart[e] and holds roundUp(n_e, align) rows.
 	if cap(sc.segStart) < nE+1 {
@@ -406,7 +407,7 @@ func runGrouped(sc *moeScratch, out, x []float32, hidden int, experts []Expert, 
 	seg[nE] = total
 	sc.x = growF32(sc.x, total*hidden)
 	sc.g = growF32(sc.g, total*inter)
-	itemRows := exactItemRows(experts[firstActive(counts)].Gate)
+	itemRows := exactItemRows(gate)
 	tile := max(blockM, itemRows)
 	workers := max(threads, 1)
 	if len(sc.u) < workers {
