@@ -12,6 +12,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"github.com/relevance-scoring/relevance/prompt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -24,7 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/relevance-scoring/relevance/internal/costmodel"
+	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/internal/fakenode"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 )
@@ -43,7 +44,7 @@ func heavyRequest(r *rand.Rand, n int) *relevancev1.ScoreRequest {
 // trueSeconds is what a fake node with coefficients c spends on req as one batch per item share:
 // the items plus one prefix and overhead per node-sized share (a lower bound used to set the load).
 func trueSeconds(c costmodel.Coeffs, req *relevancev1.ScoreRequest, batches int) float64 {
-	prefix := 40 + fakenode.CountTokens(req.GetQuery()) + fakenode.CountTokens(DefaultInstruction)
+	prefix := 40 + fakenode.CountTokens(req.GetQuery()) + fakenode.CountTokens(prompt.DefaultInstruction)
 	var s float64
 	for _, it := range req.GetItems() {
 		s += c.Seconds(costmodel.ItemFeatures(prefix, fakenode.CountTokens(it.GetText())+12))
@@ -262,7 +263,7 @@ func BenchmarkTokenCount(b *testing.B) {
 			texts[i] = sb.String()
 		}
 		for _, kind := range []string{TokensEstimate, TokensExact} {
-			tc, err := NewTokenCounter(kind)
+			tc, err := prompt.NewCounter(kind)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -10,7 +10,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/relevance-scoring/relevance/internal/costmodel"
+	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/prompt"
 	"github.com/relevance-scoring/relevance/proxy/route/leastloaded"
 	"github.com/relevance-scoring/relevance/proxy/route/random"
 	"github.com/relevance-scoring/relevance/proxy/route/roundrobin"
@@ -149,8 +150,8 @@ const (
 
 // Token counters.
 const (
-	TokensEstimate = "estimate"
-	TokensExact    = "exact"
+	TokensEstimate = prompt.CountEstimate
+	TokensExact    = prompt.CountExact
 )
 
 // DefaultPrior is the calibrated cost profile of the default `small` model (qwen3_moe, seed 1)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relevance-scoring/relevance/costmodel"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 )
 
@@ -13,7 +14,7 @@ import (
 // to "now + the charges still out" (early or late), and a reply whose NodeLoad says ~0 (stale,
 // and blind to batches still on the wire) does not erase this proxy's other charges.
 func TestNodeLoadIsRemainingWork(t *testing.T) {
-	n := &node{learn: newLearner(DefaultConfig().Cost.Prior, 0.99)}
+	n := &node{learn: costmodel.NewLearner(DefaultConfig().Cost.Prior, 0.99)}
 	t0 := time.Now()
 	at := func(d float64) time.Time { return t0.Add(time.Duration(d * float64(time.Second))) }
 	near := func(what string, got, want float64) {

@@ -15,7 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/relevance-scoring/relevance/internal/costmodel"
+	"github.com/relevance-scoring/relevance/costmodel"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 )
 
@@ -42,7 +42,7 @@ type node struct {
 	connClosed  atomic.Bool
 
 	learnMu sync.Mutex
-	learn   *learner
+	learn   *costmodel.Learner
 
 	stop context.CancelFunc // ends the health watch
 }
@@ -61,8 +61,8 @@ func newNode(addr string, cfg Config, onState func(addr string, to gobreaker.Sta
 	if err != nil {
 		return nil, err
 	}
-	n := &node{addr: addr, conn: conn, client: relevancev1.NewScorerClient(conn), learn: newLearner(cfg.Cost.Prior, cfg.Cost.Forgetting)}
-	c := n.learn.coeffs()
+	n := &node{addr: addr, conn: conn, client: relevancev1.NewScorerClient(conn), learn: costmodel.NewLearner(cfg.Cost.Prior, cfg.Cost.Forgetting)}
+	c := n.learn.Coeffs()
 	n.coeffs.Store(&c)
 	n.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        addr,
@@ -131,11 +131,11 @@ func (n *node) settle(now time.Time, predicted float64) {
 
 // scale is the node's time for one second of reference work under ref.
 func (n *node) scale(ref costmodel.Coeffs) float64 {
-	r := ref.Seconds(refFeatures)
+	r := ref.Seconds(costmodel.RefFeatures)
 	if !(r > 0) {
 		return 1
 	}
-	return n.coeffs.Load().Seconds(refFeatures) / r
+	return n.coeffs.Load().Seconds(costmodel.RefFeatures) / r
 }
 
 // observe learns from a successful reply.
@@ -159,8 +159,8 @@ func (n *node) observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 		f = f.Add(costmodel.ItemFeatures(int(st.GetPrefixTokens()), int(s.GetTokens())))
 	}
 	n.learnMu.Lock()
-	n.learn.observe(f, st.GetComputeSeconds())
-	c := n.learn.coeffs()
+	n.learn.Observe(f, st.GetComputeSeconds())
+	c := n.learn.Coeffs()
 	n.learnMu.Unlock()
 	n.coeffs.Store(&c)
 	n.samples.Add(1)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/sony/gobreaker/v2"
 
-	"github.com/relevance-scoring/relevance/internal/costmodel"
+	"github.com/relevance-scoring/relevance/costmodel"
 )
 
 // candList adapts nodes to route.Candidates; loads are read at pick time.

@@ -29,7 +29,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/relevance-scoring/relevance/internal/costmodel"
+	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/prompt"
 	"github.com/relevance-scoring/relevance/proxy/route"
 	"github.com/relevance-scoring/relevance/proxy/split"
 )
@@ -39,7 +40,7 @@ type Proxy struct {
 	cfg      Config
 	log      *slog.Logger
 	m        *metrics
-	tokens   *TokenCounter
+	tokens   *prompt.Counter
 	splitter split.Splitter
 	picker   route.Picker
 	budget   *retryBudget
@@ -92,7 +93,7 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	tc, err := NewTokenCounter(cfg.Cost.TokenCounter)
+	tc, err := prompt.NewCounter(cfg.Cost.TokenCounter)
 	if err != nil {
 		return nil, fmt.Errorf("new proxy: %w", err)
 	}

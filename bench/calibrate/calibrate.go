@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/relevance-scoring/relevance/bench/workload"
-	"github.com/relevance-scoring/relevance/internal/costmodel"
+	"github.com/relevance-scoring/relevance/costmodel"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 )
 

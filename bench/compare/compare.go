@@ -28,7 +28,7 @@ import (
 	"github.com/relevance-scoring/relevance/bench/load"
 	"github.com/relevance-scoring/relevance/bench/report"
 	"github.com/relevance-scoring/relevance/bench/workload"
-	"github.com/relevance-scoring/relevance/internal/costmodel"
+	"github.com/relevance-scoring/relevance/costmodel"
 )
 
 // Config is one proxy configuration.

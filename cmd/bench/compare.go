@@ -14,7 +14,7 @@ import (
 	"github.com/relevance-scoring/relevance/bench/cluster"
 	"github.com/relevance-scoring/relevance/bench/compare"
 	"github.com/relevance-scoring/relevance/internal/cli"
-	"github.com/relevance-scoring/relevance/internal/costmodel"
+	"github.com/relevance-scoring/relevance/costmodel"
 )
 
 const defaultCompareWorkload = "configs/workloads/compare.yaml"

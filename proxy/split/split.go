@@ -10,7 +10,7 @@ package split
 import (
 	"math"
 
-	"github.com/relevance-scoring/relevance/internal/costmodel"
+	"github.com/relevance-scoring/relevance/costmodel"
 )
 
 // Node is the splitter's view of one node that may receive a batch.

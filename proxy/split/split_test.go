@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/relevance-scoring/relevance/internal/costmodel"
+	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/proxy/split"
 	"github.com/relevance-scoring/relevance/proxy/split/cost"
 	"github.com/relevance-scoring/relevance/proxy/split/fixed"

@@ -12,29 +12,33 @@
 // to the common part if a document ever disagrees. So Prefix+Items[i] is always exactly the token
 // sequence of item i's whole prompt tokenized alone (Whole).
 //
+// The template text itself is the shared contract of package prompt (top level), which the
+// proxy reads too; this package turns it into ids.
+//
 // A Builder is immutable and safe for concurrent use.
 package prompt
 
 import (
 	"errors"
 	"fmt"
+	template "github.com/relevance-scoring/relevance/prompt"
 	"strings"
 
 	"github.com/relevance-scoring/relevance/scorer"
 	"github.com/relevance-scoring/relevance/tokenizer"
 )
 
-// System is the reranker's system prompt.
-const System = `Judge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be "yes" or "no".`
-
-// DefaultInstruction is used when a request gives none.
-const DefaultInstruction = "Given a web search query, retrieve relevant passages that answer the query"
-
-// The template around the body; their special tokens are matched as added tokens.
+// The template is the shared contract in package prompt (top level); these names keep the
+// builder's callers reading as before.
 const (
-	HeadText = "<|im_start|>system\n" + System + "<|im_end|>\n<|im_start|>user\n"
-	TailText = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+	System             = template.System
+	DefaultInstruction = template.DefaultInstruction
+	HeadText           = template.HeadText
+	TailText           = template.TailText
 )
+
+// BodyPrefix is template.BodyPrefix: the body up to "<Document>:".
+func BodyPrefix(instruction, query string) string { return template.BodyPrefix(instruction, query) }
 
 // Builder tokenizes prompts for one tokenizer and token limit.
 type Builder struct {
@@ -53,16 +57,6 @@ func (b *Builder) MaxTokens() int { return max(b.maxTokens, 0) }
 
 // TemplateTokens is the number of template tokens around the body (head + tail).
 func (b *Builder) TemplateTokens() int { return len(b.head) + len(b.tail) }
-
-// BodyPrefix is the prompt body up to the document, "<Document>:" included: with the template head
-// it is the shared prefix of every item of a query. A document's own body text is " "+document (the
-// space joins its first word under byte-level BPE). The proxy counts tokens with it.
-func BodyPrefix(instruction, query string) string {
-	if instruction == "" {
-		instruction = DefaultInstruction
-	}
-	return "<Instruct>: " + instruction + "\n<Query>: " + query + "\n<Document>:"
-}
 
 // Whole returns the tokens of one whole prompt, tokenized alone and never truncated: the
 // reference that Build's Prefix+Items[i] equals.

@@ -3,6 +3,7 @@ package realtest
 import (
 	"context"
 	"fmt"
+	"github.com/relevance-scoring/relevance/prompt"
 	"io"
 	"log/slog"
 	"math"
@@ -121,7 +122,7 @@ func TestRealNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc, err := proxy.NewTokenCounter(proxy.TokensExact)
+	tc, err := prompt.NewCounter(prompt.CountExact)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,8 @@
-package proxy
+package prompt
 
 import (
 	"testing"
 
-	"github.com/relevance-scoring/relevance/scorer/prompt"
 	"github.com/relevance-scoring/relevance/tokenizer"
 )
 
@@ -14,13 +13,13 @@ func TestEstimateCounterSkipsTokenizer(t *testing.T) {
 	orig := loadTokenizer
 	loadTokenizer = func() (*tokenizer.Tokenizer, error) { loads++; return orig() }
 	defer func() { loadTokenizer = orig }()
-	if _, err := NewTokenCounter(TokensEstimate); err != nil {
+	if _, err := NewCounter(CountEstimate); err != nil {
 		t.Fatal(err)
 	}
 	if loads != 0 {
 		t.Errorf("estimate counter loaded the tokenizer %d times, want 0", loads)
 	}
-	if _, err := NewTokenCounter(TokensExact); err != nil {
+	if _, err := NewCounter(CountExact); err != nil {
 		t.Fatal(err)
 	}
 	if loads != 1 {
@@ -36,7 +35,7 @@ func TestEstimateTemplateNearExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ name, text string }{{"head", prompt.HeadText}, {"tail", prompt.TailText}} {
+	for _, tc := range []struct{ name, text string }{{"head", HeadText}, {"tail", TailText}} {
 		exact, est := len(tok.Encode(tc.text)), estimateTemplate(tc.text)
 		tol := max(2, exact*15/100)
 		if d := est - exact; d < -tol || d > tol {

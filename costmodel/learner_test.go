@@ -1,16 +1,14 @@
-package proxy
+package costmodel
 
 import (
 	"math"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/relevance-scoring/relevance/internal/costmodel"
 )
 
 func TestLearnerConverges(t *testing.T) {
-	truth := costmodel.Coeffs{A: 6e-5, B: 1e-9, C: 4e-3}
-	prior := costmodel.Coeffs{A: 2e-5, B: 2e-9, C: 1e-3}
+	truth := Coeffs{A: 6e-5, B: 1e-9, C: 4e-3}
+	prior := Coeffs{A: 2e-5, B: 2e-9, C: 1e-3}
 	tests := []struct {
 		name     string
 		noise    float64 // σ of multiplicative log-normal noise
@@ -24,24 +22,24 @@ func TestLearnerConverges(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(7, 8))
-			l := newLearner(prior, 0.99)
+			l := NewLearner(prior, 0.99)
 			for range 400 {
 				p := 20 + r.IntN(200)
 				items := make([]int, 1+r.IntN(40))
 				for i := range items {
 					items[i] = 30 + r.IntN(800)
 				}
-				f := costmodel.BatchFeatures(p, items, r.IntN(3) == 0)
+				f := BatchFeatures(p, items, r.IntN(3) == 0)
 				y := truth.Seconds(f) * math.Exp(tt.noise*r.NormFloat64())
 				if r.Float64() < tt.outliers {
 					y *= 10
 				}
-				l.observe(f, y)
+				l.Observe(f, y)
 			}
-			for _, f := range []costmodel.Features{refFeatures, costmodel.BatchFeatures(100, []int{500, 500, 500, 500}, false), costmodel.BatchFeatures(30, []int{40}, false)} {
-				got, want := l.coeffs().Seconds(f), truth.Seconds(f)
+			for _, f := range []Features{RefFeatures, BatchFeatures(100, []int{500, 500, 500, 500}, false), BatchFeatures(30, []int{40}, false)} {
+				got, want := l.Coeffs().Seconds(f), truth.Seconds(f)
 				if math.Abs(got/want-1) > tt.tol {
-					t.Errorf("prediction %.4gs, truth %.4gs (coeffs %+v)", got, want, l.coeffs())
+					t.Errorf("prediction %.4gs, truth %.4gs (coeffs %+v)", got, want, l.Coeffs())
 				}
 			}
 		})
@@ -49,23 +47,23 @@ func TestLearnerConverges(t *testing.T) {
 }
 
 func TestLearnerIgnoresGarbage(t *testing.T) {
-	prior := costmodel.Coeffs{A: 2e-5, B: 2e-9, C: 1e-3}
-	l := newLearner(prior, 0.99)
+	prior := Coeffs{A: 2e-5, B: 2e-9, C: 1e-3}
+	l := NewLearner(prior, 0.99)
 	for _, y := range []float64{math.NaN(), math.Inf(1), -1} {
-		l.observe(refFeatures, y)
+		l.Observe(RefFeatures, y)
 	}
-	l.observe(costmodel.Features{}, 1)
-	if l.coeffs() != prior || l.n != 0 {
-		t.Errorf("garbage moved the estimate: %+v after %d samples", l.coeffs(), l.n)
+	l.Observe(Features{}, 1)
+	if l.Coeffs() != prior || l.n != 0 {
+		t.Errorf("garbage moved the estimate: %+v after %d samples", l.Coeffs(), l.n)
 	}
 }
 
 // TestLearnerZeroPrior: a zero prior coefficient (a non-negative fit may return one) starts the
 // estimate at zero for it and is still learned when the node's times show it.
 func TestLearnerZeroPrior(t *testing.T) {
-	truth := costmodel.Coeffs{A: 6e-4, B: 4e-7, C: 0.14}
-	l := newLearner(costmodel.Coeffs{A: 6e-4, B: 0, C: 0.14}, 0.99)
-	if got := l.coeffs(); got.B != 0 || got.A != 6e-4 || got.C != 0.14 {
+	truth := Coeffs{A: 6e-4, B: 4e-7, C: 0.14}
+	l := NewLearner(Coeffs{A: 6e-4, B: 0, C: 0.14}, 0.99)
+	if got := l.Coeffs(); got.B != 0 || got.A != 6e-4 || got.C != 0.14 {
 		t.Fatalf("start %+v, want the prior", got)
 	}
 	r := rand.New(rand.NewPCG(9, 10))
@@ -74,10 +72,10 @@ func TestLearnerZeroPrior(t *testing.T) {
 		for i := range items {
 			items[i] = 20 + r.IntN(600)
 		}
-		f := costmodel.BatchFeatures(20+r.IntN(200), items, false)
-		l.observe(f, truth.Seconds(f))
+		f := BatchFeatures(20+r.IntN(200), items, false)
+		l.Observe(f, truth.Seconds(f))
 	}
-	got := l.coeffs()
+	got := l.Coeffs()
 	if math.Abs(got.B/truth.B-1) > 0.1 {
 		t.Errorf("learned b = %.3g, truth %.3g (coeffs %+v)", got.B, truth.B, got)
 	}

@@ -1,12 +1,10 @@
-package proxy
+package costmodel
 
 import (
 	"math"
-
-	"github.com/relevance-scoring/relevance/internal/costmodel"
 )
 
-// learner estimates one node's cost coefficients online from the (features, compute seconds) of
+// Learner estimates one node's cost coefficients online from the (features, compute seconds) of
 // each batch it answers.
 //
 // Method: recursive least squares with exponential forgetting and Huber weights, on multipliers
@@ -23,8 +21,8 @@ import (
 // excites stay at the prior. Multipliers are clamped to [1e-3, 1e3] (to [0, 1e3] for a zero
 // prior) so predictions stay positive.
 //
-// Not safe for concurrent use: the node guards it.
-type learner struct {
+// Not safe for concurrent use: the owner guards it (the proxy per node, the scorer node for itself).
+type Learner struct {
 	basis  [3]float64 // scale of each coefficient: the prior's, or a stand-in for a zero prior
 	lo     [3]float64 // lower clamp of each multiplier
 	lambda float64
@@ -40,13 +38,14 @@ const (
 	pMaxDiag = 1e4
 )
 
-func newLearner(prior costmodel.Coeffs, lambda float64) *learner {
-	l := &learner{lambda: lambda, scale: 0.5}
-	ref := prior.Seconds(refFeatures)
+// NewLearner starts a learner at prior with forgetting factor lambda in (0, 1].
+func NewLearner(prior Coeffs, lambda float64) *Learner {
+	l := &Learner{lambda: lambda, scale: 0.5}
+	ref := prior.Seconds(RefFeatures)
 	if !(ref > 0) {
 		ref = 1 // all zero (Config.Validate rejects it): learn from scratch
 	}
-	refX := [3]float64{refFeatures.Tokens, refFeatures.Pairs, refFeatures.Batches}
+	refX := [3]float64{RefFeatures.Tokens, RefFeatures.Pairs, RefFeatures.Batches}
 	for i, c := range [3]float64{prior.A, prior.B, prior.C} {
 		l.basis[i], l.m[i], l.lo[i] = c, 1, 1e-3
 		if !(c > 0) {
@@ -57,13 +56,13 @@ func newLearner(prior costmodel.Coeffs, lambda float64) *learner {
 	return l
 }
 
-// coeffs is the current estimate.
-func (l *learner) coeffs() costmodel.Coeffs {
-	return costmodel.Coeffs{A: l.basis[0] * l.m[0], B: l.basis[1] * l.m[1], C: l.basis[2] * l.m[2]}
+// Coeffs is the current estimate.
+func (l *Learner) Coeffs() Coeffs {
+	return Coeffs{A: l.basis[0] * l.m[0], B: l.basis[1] * l.m[1], C: l.basis[2] * l.m[2]}
 }
 
-// observe learns from one batch that took y seconds of compute.
-func (l *learner) observe(f costmodel.Features, y float64) {
+// Observe learns from one batch that took y seconds of compute.
+func (l *Learner) Observe(f Features, y float64) {
 	x := [3]float64{l.basis[0] * f.Tokens, l.basis[1] * f.Pairs, l.basis[2] * f.Batches}
 	y0 := x[0] + x[1] + x[2]
 	if !(y0 > 0) || !(y >= 0) || math.IsInf(y, 0) {
@@ -115,6 +114,9 @@ func (l *learner) observe(f costmodel.Features, y float64) {
 	l.n++
 }
 
-// refFeatures is the reference batch used to express a node's speed as one number: a 64-token
+// Samples is how many batches the learner has observed.
+func (l *Learner) Samples() int { return l.n }
+
+// RefFeatures is the reference batch used to express a node's speed as one number: a 64-token
 // prefix and 16 items of 256 tokens.
-var refFeatures = costmodel.BatchFeatures(64, []int{256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256}, false)
+var RefFeatures = BatchFeatures(64, []int{256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256}, false)

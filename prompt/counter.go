@@ -1,40 +1,45 @@
-package proxy
+package prompt
 
 import (
 	"fmt"
 	"strings"
 
-	"github.com/relevance-scoring/relevance/scorer/prompt"
 	"github.com/relevance-scoring/relevance/tokenizer"
 )
 
-// DefaultInstruction is the model's instruction when a request has none.
-const DefaultInstruction = prompt.DefaultInstruction
+// Token counters by configuration name.
+const (
+	// CountEstimate counts with tokenizer.EstimateTokens (no BPE): ~30× cheaper than exact on
+	// 1000 items, a few per cent off.
+	CountEstimate = "estimate"
+	// CountExact counts with the shipped Qwen3 tokenizer, exactly as a node tokenizes.
+	CountExact = "exact"
+)
 
-// TokenCounter counts prompt tokens as the proxy plans with them: exactly as a node will (the
-// shipped Qwen3 tokenizer) or with the fast estimator. Immutable; safe for concurrent use.
-type TokenCounter struct {
+// Counter counts a prompt's tokens as planning sees them: the shared prefix of a query and each
+// item's own tokens. Immutable; safe for concurrent use.
+type Counter struct {
 	head, tail int
 	plain      func(string) int
 	exact      bool
 }
 
-// NewTokenCounter returns the TokensExact or TokensEstimate counter.
-func NewTokenCounter(kind string) (*TokenCounter, error) {
-	if kind != TokensExact && kind != TokensEstimate {
-		return nil, fmt.Errorf("token counter: unknown kind %q", kind)
+// NewCounter returns the CountExact or CountEstimate counter.
+func NewCounter(kind string) (*Counter, error) {
+	if kind != CountExact && kind != CountEstimate {
+		return nil, fmt.Errorf("token counter: unknown kind %q (want %s or %s)", kind, CountExact, CountEstimate)
 	}
-	if kind == TokensEstimate {
+	if kind == CountEstimate {
 		// No BPE at all: loading the shipped tokenizer would cost start-up time for nothing.
-		return &TokenCounter{head: estimateTemplate(prompt.HeadText), tail: estimateTemplate(prompt.TailText), plain: tokenizer.EstimateTokens}, nil
+		return &Counter{head: estimateTemplate(HeadText), tail: estimateTemplate(TailText), plain: tokenizer.EstimateTokens}, nil
 	}
 	tok, err := loadTokenizer()
 	if err != nil {
 		return nil, fmt.Errorf("token counter: %w", err)
 	}
-	return &TokenCounter{
-		head:  len(tok.Encode(prompt.HeadText)),
-		tail:  len(tok.Encode(prompt.TailText)),
+	return &Counter{
+		head:  len(tok.Encode(HeadText)),
+		tail:  len(tok.Encode(TailText)),
 		plain: func(s string) int { return len(tok.EncodePlain(s)) },
 		exact: true,
 	}, nil
@@ -67,17 +72,16 @@ func estimateTemplate(s string) int {
 	return n
 }
 
-// Prefix is the shared prefix's tokens for (instruction, query); "" means the default
-// instruction.
-func (tc *TokenCounter) Prefix(instruction, query string) int {
-	return tc.head + tc.plain(prompt.BodyPrefix(instruction, query))
+// Prefix is the shared prefix's tokens for (instruction, query); "" means DefaultInstruction.
+func (c *Counter) Prefix(instruction, query string) int {
+	return c.head + c.plain(BodyPrefix(instruction, query))
 }
 
 // Item is one item's own tokens: the document and the template tail.
-func (tc *TokenCounter) Item(text string) int {
-	if !tc.exact {
+func (c *Counter) Item(text string) int {
+	if !c.exact {
 		// The leading space joins the first word and adds no token; skip copying the text.
-		return tc.plain(text) + tc.tail
+		return c.plain(text) + c.tail
 	}
-	return tc.plain(" "+text) + tc.tail
+	return c.plain(" "+text) + c.tail
 }

@@ -1,0 +1,38 @@
+// Package prompt is the Qwen3-Reranker prompt contract shared by the proxy and the scorer nodes:
+// the template text around each (query, document) pair and the one way of counting its tokens
+// for planning (Counter). The node builds the token ids themselves (scorer/prompt); the proxy
+// only counts them, and both read the template from here, so a template change reaches planning
+// and scoring together.
+//
+// A prompt is
+//
+//	<|im_start|>system\n{System}<|im_end|>\n<|im_start|>user\n            HeadText (exact ids)
+//	<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}    body, one plain-text string
+//	<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n            TailText (exact ids)
+//
+// Everything before the document (HeadText + BodyPrefix) is the shared prefix of a query's items.
+//
+// Everything here is immutable and safe for concurrent use.
+package prompt
+
+// System is the reranker's system prompt.
+const System = `Judge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be "yes" or "no".`
+
+// DefaultInstruction is used when a request gives none.
+const DefaultInstruction = "Given a web search query, retrieve relevant passages that answer the query"
+
+// The template around the body; their special tokens are matched as added tokens.
+const (
+	HeadText = "<|im_start|>system\n" + System + "<|im_end|>\n<|im_start|>user\n"
+	TailText = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+)
+
+// BodyPrefix is the prompt body up to the document, "<Document>:" included: with HeadText it is
+// the shared prefix of every item of a query. A document's own body text is " "+document (the
+// space joins its first word under byte-level BPE). "" means DefaultInstruction.
+func BodyPrefix(instruction, query string) string {
+	if instruction == "" {
+		instruction = DefaultInstruction
+	}
+	return "<Instruct>: " + instruction + "\n<Query>: " + query + "\n<Document>:"
+}
