@@ -1,24 +1,22 @@
 // Package calibrate measures a scorer node and fits the shared cost formula to it
-// (internal/costmodel): seconds ≈ a·Tokens + b·Pairs + c·Batches.
+// (package costmodel): seconds ≈ a·Tokens + b·Pairs + c·Batches.
 //
 // The design is a grid of batch shapes (prefix length × item count × item length), each sent
 // several times, one batch at a time so the node never merges or queues them. Every query is
 // made unique so the node's prefix cache cannot hide the prefix's cost; a reply that still says
 // prefix_cached is fitted as such. Features come from the token counts the node reports, the
 // target from the compute time it measured (BatchStats.compute_seconds; wall time when absent).
-// The fit minimises relative error (weights 1/y²) under a ≥ 0 constraint, exactly: with three
-// coefficients every active set is tried. The noise σ is the RMS of log(measured/predicted),
-// which is what the emulated engine's log-normal noise needs.
+// The fit is costmodel.Fit (relative error under a ≥ 0 constraint), the one the scorer node
+// uses at start-up. The noise σ is the RMS of log(measured/predicted), which is what the
+// emulated engine's log-normal noise needs.
 //
 // Functions are stateless and safe for concurrent use.
 package calibrate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -223,168 +221,15 @@ func buildBatch(rng *rand.Rand, sh Shape, k int) *relevancev1.ScoreBatchRequest 
 	return req
 }
 
-// Fit is the result of a least-squares fit.
-type Fit struct {
-	Coeffs costmodel.Coeffs
-	// Sigma is the RMS of log(measured/predicted).
-	Sigma float64
-	// R2 is the coefficient of determination on seconds.
-	R2 float64
-	// MaxRelErr is the largest |measured/predicted − 1|.
-	MaxRelErr float64
-}
+// Fit is the result of a least-squares fit (costmodel.Fit, shared with the scorer node's
+// start-up calibration).
+type Fit = costmodel.FitResult
 
-// FitSamples fits non-negative coefficients minimising relative squared error.
+// FitSamples fits non-negative coefficients minimising relative squared error (costmodel.Fit).
 func FitSamples(samples []Sample) (Fit, error) {
-	if len(samples) < 4 {
-		return Fit{}, fmt.Errorf("fit: need at least 4 samples, got %d", len(samples))
-	}
-	x := make([][3]float64, len(samples))
-	y := make([]float64, len(samples))
+	cs := make([]costmodel.Sample, len(samples))
 	for i, s := range samples {
-		f := s.Features()
-		x[i] = [3]float64{f.Tokens, f.Pairs, f.Batches}
-		y[i] = s.Seconds
-		if !(y[i] > 0) {
-			return Fit{}, fmt.Errorf("fit: sample %d has non-positive time %v", i, y[i])
-		}
+		cs[i] = costmodel.Sample{Features: s.Features(), Seconds: s.Seconds}
 	}
-	best, bestErr := [3]float64{}, math.Inf(1)
-	// Every active set of the three coefficients; keep the best feasible (all ≥ 0) solution.
-	for mask := 1; mask < 8; mask++ {
-		var idx []int
-		for j := range 3 {
-			if mask&(1<<j) != 0 {
-				idx = append(idx, j)
-			}
-		}
-		coef, ok := weightedLS(x, y, idx)
-		if !ok {
-			continue
-		}
-		feasible := true
-		for _, c := range coef {
-			if c < 0 {
-				feasible = false
-			}
-		}
-		if !feasible {
-			continue
-		}
-		var full [3]float64
-		for k, j := range idx {
-			full[j] = coef[k]
-		}
-		if e := relSSE(x, y, full); e < bestErr {
-			best, bestErr = full, e
-		}
-	}
-	if math.IsInf(bestErr, 1) {
-		return Fit{}, errors.New("fit: no feasible solution (degenerate design)")
-	}
-	f := Fit{Coeffs: costmodel.Coeffs{A: best[0], B: best[1], C: best[2]}}
-	var mean, ssTot, ssRes, logSq float64
-	for _, v := range y {
-		mean += v
-	}
-	mean /= float64(len(y))
-	for i := range y {
-		p := dot(x[i], best)
-		ssTot += (y[i] - mean) * (y[i] - mean)
-		ssRes += (y[i] - p) * (y[i] - p)
-		if p > 0 {
-			l := math.Log(y[i] / p)
-			logSq += l * l
-			f.MaxRelErr = math.Max(f.MaxRelErr, math.Abs(y[i]/p-1))
-		}
-	}
-	f.Sigma = math.Sqrt(logSq / float64(len(y)))
-	if ssTot > 0 {
-		f.R2 = 1 - ssRes/ssTot
-	}
-	return f, nil
-}
-
-func dot(a, b [3]float64) float64 { return a[0]*b[0] + a[1]*b[1] + a[2]*b[2] }
-
-func relSSE(x [][3]float64, y []float64, c [3]float64) float64 {
-	e := 0.0
-	for i := range y {
-		r := (dot(x[i], c) - y[i]) / y[i]
-		e += r * r
-	}
-	return e
-}
-
-// weightedLS solves min Σ ((x_i·c − y_i)/y_i)² over the columns idx by the normal equations,
-// with columns scaled to unit norm first (tokens, pairs and batches differ by 10⁶).
-func weightedLS(x [][3]float64, y []float64, idx []int) ([]float64, bool) {
-	n := len(idx)
-	scale := make([]float64, n)
-	for k, j := range idx {
-		s := 0.0
-		for i := range y {
-			v := x[i][j] / y[i]
-			s += v * v
-		}
-		if s == 0 {
-			return nil, false
-		}
-		scale[k] = math.Sqrt(s)
-	}
-	a := make([][]float64, n)
-	b := make([]float64, n)
-	for r := range n {
-		a[r] = make([]float64, n)
-		for i := range y {
-			w := 1 / (y[i] * y[i])
-			xr := x[i][idx[r]] / scale[r]
-			b[r] += w * xr * y[i]
-			for c := range n {
-				a[r][c] += w * xr * x[i][idx[c]] / scale[c]
-			}
-		}
-	}
-	sol, ok := solve(a, b)
-	if !ok {
-		return nil, false
-	}
-	for k := range sol {
-		sol[k] /= scale[k]
-	}
-	return sol, true
-}
-
-// solve is Gaussian elimination with partial pivoting; false when singular.
-func solve(a [][]float64, b []float64) ([]float64, bool) {
-	n := len(b)
-	for col := range n {
-		p := col
-		for r := col + 1; r < n; r++ {
-			if math.Abs(a[r][col]) > math.Abs(a[p][col]) {
-				p = r
-			}
-		}
-		if math.Abs(a[p][col]) < 1e-12 {
-			return nil, false
-		}
-		a[col], a[p] = a[p], a[col]
-		b[col], b[p] = b[p], b[col]
-		for r := col + 1; r < n; r++ {
-			f := a[r][col] / a[col][col]
-			for c := col; c < n; c++ {
-				a[r][c] -= f * a[col][c]
-			}
-			b[r] -= f * b[col]
-		}
-	}
-	x := make([]float64, n)
-	for r := n - 1; r >= 0; r-- {
-		s := b[r]
-		for c := r + 1; c < n; c++ {
-			s -= a[r][c] * x[c]
-		}
-		x[r] = s / a[r][r]
-	}
-	return x, true
+	return costmodel.Fit(cs)
 }
