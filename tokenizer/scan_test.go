@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"testing"
 
@@ -105,5 +106,50 @@ func TestGPT2PreTokenizer(t *testing.T) {
 	}
 	if n != 200 {
 		t.Fatalf("read %d cases, want 200", n)
+	}
+}
+
+// TestSplitUnicodeClasses pins the Qwen pre-tokenizer on the edges of \s, \p{N} and \p{M} as
+// Oniguruma reads them: \s is Unicode White_Space (U+0085, U+00A0, U+1680, U+2000–U+200A,
+// U+2028/9, U+202F, U+205F, U+3000, but not U+200B or U+FEFF); \p{N} includes letter numbers
+// (Ⅻ) and other numbers (½ ² ①), one per piece; combining marks are neither L nor N. Each case
+// is built so that the other reading of the class gives different pieces.
+func TestSplitUnicodeClasses(t *testing.T) {
+	type tc struct {
+		name string
+		text string
+		want []string
+	}
+	var tests []tc
+	// A run of two white-space characters before a letter: \s+(?!\S) leaves the second to the word.
+	for _, r := range []rune{0x85, 0xa0, 0x1680, 0x2000, 0x2005, 0x200a, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000} {
+		sp := string(r)
+		tests = append(tests, tc{fmt.Sprintf("U+%04X is white space", r), "a" + sp + sp + "b", []string{"a", sp, sp + "b"}})
+	}
+	// The same run of a non-space format character is punctuation-like: one piece.
+	for _, r := range []rune{0x200b, 0xfeff, 0x180e} {
+		c := string(r)
+		tests = append(tests, tc{fmt.Sprintf("U+%04X is not white space", r), "a" + c + c + "b", []string{"a", c + c, "b"}})
+	}
+	tests = append(tests,
+		tc{"letter and other numbers one per piece", "Ⅻ½²①", []string{"Ⅻ", "½", "²", "①"}},
+		tc{"letter number ends a word", "abⅫ", []string{"ab", "Ⅻ"}},
+		tc{"space before a number stands alone", "x ½", []string{"x", " ", "½"}},
+		tc{"space before a symbol joins it", "x ©", []string{"x", " ©"}},
+		tc{"combining mark is not a letter", "x\u0301y", []string{"x", "\u0301y"}},
+		tc{"combining marks after a digit", "1\u0301\u0301", []string{"1", "\u0301\u0301"}},
+		tc{"space joins combining marks", " \u0301\u0302", []string{" \u0301\u0302"}},
+		tc{"devanagari virama splits the word", "क्ष", []string{"क", "्ष"}},
+		tc{"nbsp run before a number", "\u00a0\u00a0½", []string{"\u00a0", "\u00a0", "½"}},
+		tc{"line separator is not a line break", "a\u2028\nb", []string{"a", "\u2028\n", "b"}},
+		tc{"NEL does not end punctuation", "!\u0085x", []string{"!", "\u0085x"}},
+		tc{"ideographic space before CJK", "好\u3000\u3000的", []string{"好", "\u3000", "\u3000的"}},
+	)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, pieces(nextPiece, tt.text)); diff != "" {
+				t.Errorf("pieces of %q (-want +got):\n%s", tt.text, diff)
+			}
+		})
 	}
 }
