@@ -116,7 +116,7 @@ func BenchmarkP99(b *testing.B) {
 		}
 		defer p.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := p.waitFor(ctx, func() bool {
+		if err := p.cluster.WaitFor(ctx, func() bool {
 			for _, n := range p.Nodes() {
 				if !n.Healthy {
 					return false

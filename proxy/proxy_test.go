@@ -72,7 +72,7 @@ func startProxy(t testing.TB, cfg Config) (*Proxy, *prometheus.Registry) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	// Every configured node healthy, so tests see a settled cluster.
-	if err := p.waitFor(ctx, func() bool {
+	if err := p.cluster.WaitFor(ctx, func() bool {
 		for _, n := range p.Nodes() {
 			if !n.Healthy {
 				return false
@@ -313,7 +313,7 @@ func TestAllNodesDown(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	if err := p.waitFor(ctx, func() bool { return !p.Ready() }); err != nil {
+	if err := p.cluster.WaitFor(ctx, func() bool { return !p.Ready() }); err != nil {
 		t.Fatal(err)
 	}
 	_, err := p.Score(context.Background(), makeRequest(10, 1))
@@ -339,7 +339,7 @@ func TestUnhealthyNodeSkippedThenBack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	nodes[0].SetServing(false)
-	if err := p.waitFor(ctx, func() bool { return !nodeStatus(t, p, nodes[0].Addr()).Healthy }); err != nil {
+	if err := p.cluster.WaitFor(ctx, func() bool { return !nodeStatus(t, p, nodes[0].Addr()).Healthy }); err != nil {
 		t.Fatal(err)
 	}
 	before := nodes[0].Calls()
@@ -350,7 +350,7 @@ func TestUnhealthyNodeSkippedThenBack(t *testing.T) {
 		t.Errorf("unhealthy node got %d calls", nodes[0].Calls()-before)
 	}
 	nodes[0].SetServing(true)
-	if err := p.waitFor(ctx, func() bool { return nodeStatus(t, p, nodes[0].Addr()).Healthy }); err != nil {
+	if err := p.cluster.WaitFor(ctx, func() bool { return nodeStatus(t, p, nodes[0].Addr()).Healthy }); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 5 {
@@ -605,7 +605,7 @@ func TestDNSMembership(t *testing.T) {
 		t.Fatal(err)
 	}
 	var lookups atomic.Int64
-	p.lookup = func(_ context.Context, host string) ([]string, error) {
+	p.cluster.Lookup = func(_ context.Context, host string) ([]string, error) {
 		lookups.Add(1)
 		if host != "scorer.test" {
 			return nil, fmt.Errorf("unexpected host %q", host)
@@ -628,7 +628,7 @@ func TestDNSMembership(t *testing.T) {
 	score(t, p, makeRequest(5, 1))
 
 	set() // the service scaled to zero
-	if err := p.waitFor(ctx, func() bool { return len(p.Nodes()) == 0 }); err != nil {
+	if err := p.cluster.WaitFor(ctx, func() bool { return len(p.Nodes()) == 0 }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Score(context.Background(), makeRequest(5, 2)); status.Code(err) != codes.Unavailable {

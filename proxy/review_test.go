@@ -12,7 +12,6 @@ import (
 
 	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/internal/fakenode"
-	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 )
 
 // TestNonFiniteReportedLoad: a node whose replies carry a NaN or infinite backlog must not
@@ -50,9 +49,7 @@ func TestRetryBudgetNotSpentWithoutRetry(t *testing.T) {
 	if got := testutil.ToFloat64(p.m.retries); got != 0 {
 		t.Errorf("retries_total = %v with a single node, want 0", got)
 	}
-	p.budget.mu.Lock()
-	tokens := p.budget.tokens
-	p.budget.mu.Unlock()
+	tokens := p.dispatcher.BudgetTokens()
 	if tokens != p.cfg.Retry.BudgetBurst {
 		t.Errorf("retry budget %v after a failure with nowhere to retry, want it untouched at %v", tokens, p.cfg.Retry.BudgetBurst)
 	}
@@ -84,28 +81,6 @@ func TestFailFastCancelsSiblings(t *testing.T) {
 	}
 }
 
-func TestCheckReplyRejectsNonFiniteScores(t *testing.T) {
-	for _, v := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
-		resp := &relevancev1.ScoreBatchResponse{Scores: []*relevancev1.ItemScore{{Index: 0, Score: 0.5}, {Index: 1, Score: v}}}
-		if err := checkReply(resp, 2); status.Code(err) != codes.Internal {
-			t.Errorf("score %v: checkReply = %v, want Internal (a broken node's reply must not be merged)", v, err)
-		}
-	}
-}
-
-func TestRetryableCanceledByConnection(t *testing.T) {
-	// The caller is alive but the call was cancelled under it (the node's connection closed as
-	// DNS removed it): another node can take the batch.
-	if !retryable(context.Background(), status.Error(codes.Canceled, "grpc: the client connection is closing")) {
-		t.Error("Canceled with a live caller: not retried")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if retryable(ctx, status.Error(codes.Canceled, "context canceled")) {
-		t.Error("Canceled by the caller: retried")
-	}
-}
-
 // TestHalfOpenProbeDoesNotBlockFallback: when every node's breaker refuses (open, or half-open
 // with its probe already out), requests still go to the least recently failed node instead of
 // failing UNAVAILABLE until the probe returns.
@@ -116,8 +91,8 @@ func TestHalfOpenProbeDoesNotBlockFallback(t *testing.T) {
 	cfg.Breaker.OpenTimeout = 20 * time.Millisecond
 	p, _ := startProxy(t, cfg)
 	var probes []func(error)
-	for _, n := range p.snapshot() {
-		done, err := n.breaker.Allow()
+	for _, n := range p.cluster.Snapshot() {
+		done, err := n.Breaker().Allow()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,8 +106,8 @@ func TestHalfOpenProbeDoesNotBlockFallback(t *testing.T) {
 		}
 		return true
 	})
-	for _, n := range p.snapshot() {
-		done, err := n.breaker.Allow() // the probe, held out
+	for _, n := range p.cluster.Snapshot() {
+		done, err := n.Breaker().Allow() // the probe, held out
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,33 +119,6 @@ func TestHalfOpenProbeDoesNotBlockFallback(t *testing.T) {
 		}
 	}()
 	score(t, p, makeRequest(4, 1))
-}
-
-// TestMembershipChurnForgetsDrainedNodes: nodes that left and have nothing in flight are
-// forgotten, so DNS churn over a long uptime does not grow the proxy's memory.
-func TestMembershipChurnForgetsDrainedNodes(t *testing.T) {
-	nodes := startNodes(t, 1, fakenode.Options{})
-	cfg := testConfig(nil)
-	cfg.Nodes.DNS = "scorer.test:1"
-	p, err := New(cfg, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	for range 50 {
-		if err := p.setMembers(nodes.Addrs()); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.setMembers([]string{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p.membersMu.Lock()
-	gone := len(p.gone)
-	p.membersMu.Unlock()
-	if gone > 1 {
-		t.Errorf("%d departed nodes kept after 50 idle join/leave cycles, want at most 1", gone)
-	}
 }
 
 // TestCallerDeadlineOverridesSLO: the SLO is the budget of a request that brings no deadline; a

@@ -1,4 +1,4 @@
-package proxy
+package cluster
 
 import (
 	"context"
@@ -19,9 +19,9 @@ import (
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 )
 
-// node is the proxy's state for one scorer node. Hot fields are atomics; the learner has its own
+// Node is the proxy's state for one scorer node. Hot fields are atomics; the learner has its own
 // mutex and publishes its estimate through an atomic pointer, so routing never blocks.
-type node struct {
+type Node struct {
 	addr    string
 	conn    *grpc.ClientConn
 	client  relevancev1.ScorerClient
@@ -53,15 +53,16 @@ type extLoad struct {
 	at      time.Time
 }
 
-// errExcluded wraps errors that must not count for or against a breaker.
-var errExcluded = errors.New("excluded from breaker counts")
+// ErrExcluded wraps errors that must not count for or against a breaker: cancellations, the
+// caller's bad input, deadlines that were the caller's.
+var ErrExcluded = errors.New("excluded from breaker counts")
 
-func newNode(addr string, cfg Config, onState func(addr string, to gobreaker.State)) (*node, error) {
+func newNode(addr string, cfg Config, onState func(addr string, to gobreaker.State)) (*Node, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
 	}
-	n := &node{addr: addr, conn: conn, client: relevancev1.NewScorerClient(conn), learn: costmodel.NewLearner(cfg.Cost.Prior, cfg.Cost.Forgetting)}
+	n := &Node{addr: addr, conn: conn, client: relevancev1.NewScorerClient(conn), learn: costmodel.NewLearner(cfg.Prior, cfg.Forgetting)}
 	c := n.learn.Coeffs()
 	n.coeffs.Store(&c)
 	n.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
@@ -69,7 +70,7 @@ func newNode(addr string, cfg Config, onState func(addr string, to gobreaker.Sta
 		MaxRequests: cfg.Breaker.HalfOpenProbes,
 		Timeout:     cfg.Breaker.OpenTimeout,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= cfg.Breaker.ConsecutiveFailures },
-		IsExcluded:  func(err error) bool { return errors.Is(err, errExcluded) },
+		IsExcluded:  func(err error) bool { return errors.Is(err, ErrExcluded) },
 		OnStateChange: func(_ string, _, to gobreaker.State) {
 			if onState != nil {
 				onState(addr, to)
@@ -79,7 +80,7 @@ func newNode(addr string, cfg Config, onState func(addr string, to gobreaker.Sta
 	return n, nil
 }
 
-// load is the node's outstanding estimated work in seconds: what is left of this proxy's
+// Load is the node's outstanding estimated work in seconds: what is left of this proxy's
 // in-flight batches plus the rest of the backlog the node last reported, minus what it has
 // drained since.
 //
@@ -87,7 +88,7 @@ func newNode(addr string, cfg Config, onState func(addr string, to gobreaker.Sta
 // a node 5 ms from done must look less loaded than one that has just started the same batch.
 // With charges alone, least_loaded could not tell them apart and lost to round robin (which
 // picks the node it fed longest ago) at 50–70 % load; see route's TestLeastLoadedScanBeats….
-func (n *node) load(now time.Time) float64 {
+func (n *Node) Load(now time.Time) float64 {
 	l := math.Max(0, n.finish.Load()-clock(now))
 	if e := n.ext.Load(); e != nil {
 		l += math.Max(0, e.seconds-now.Sub(e.at).Seconds())
@@ -101,36 +102,36 @@ var clockEpoch = time.Now()
 // clock is t in seconds since clockEpoch.
 func clock(t time.Time) float64 { return t.Sub(clockEpoch).Seconds() }
 
-// charge adds a picked batch of predicted seconds: the node will be busy that much longer
+// Charge adds a picked batch of predicted seconds: the node will be busy that much longer
 // after its current projected finish (or after now, when idle).
-func (n *node) charge(now time.Time, predicted float64) {
+func (n *Node) Charge(now time.Time, predicted float64) {
 	n.chargeMu.Lock()
 	n.inflight.Add(predicted)
 	n.finish.Store(math.Max(n.finish.Load(), clock(now)) + predicted)
 	n.chargeMu.Unlock()
 }
 
-// uncharge takes back a charge whose batch was never sent.
-func (n *node) uncharge(predicted float64) {
+// Uncharge takes back a charge whose batch was never sent.
+func (n *Node) Uncharge(predicted float64) {
 	n.chargeMu.Lock()
 	n.inflight.Add(-predicted)
 	n.finish.Store(n.finish.Load() - predicted)
 	n.chargeMu.Unlock()
 }
 
-// settle releases a batch whose call has returned (answered, failed or cancelled) and
+// Settle releases a batch whose call has returned (answered, failed or cancelled) and
 // reconciles the projection with what just happened: the node is done with that batch now,
 // early or late, and what remains is the predicted cost of the batches still out. So a node's
 // noise does not accumulate in its projection and every reply corrects it.
-func (n *node) settle(now time.Time, predicted float64) {
+func (n *Node) Settle(now time.Time, predicted float64) {
 	n.chargeMu.Lock()
 	n.inflight.Add(-predicted)
 	n.finish.Store(clock(now) + math.Max(0, n.inflight.Load()))
 	n.chargeMu.Unlock()
 }
 
-// scale is the node's time for one second of reference work under ref.
-func (n *node) scale(ref costmodel.Coeffs) float64 {
+// Scale is the node's time for one second of reference work under ref.
+func (n *Node) Scale(ref costmodel.Coeffs) float64 {
 	r := ref.Seconds(costmodel.RefFeatures)
 	if !(r > 0) {
 		return 1
@@ -138,8 +139,8 @@ func (n *node) scale(ref costmodel.Coeffs) float64 {
 	return n.coeffs.Load().Seconds(costmodel.RefFeatures) / r
 }
 
-// observe learns from a successful reply.
-func (n *node) observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
+// Observe learns from a successful reply.
+func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 	// A NaN or infinite load (a buggy node) is ignored: it would make this node's load compare
 	// false against everything (routing), or every projection NaN (admission rejects all).
 	if l := resp.GetLoad(); l != nil {
@@ -168,7 +169,7 @@ func (n *node) observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 
 // watchHealth follows grpc.health.v1 Watch for the whole server ("") until ctx ends,
 // re-establishing the stream with backoff. A node without the health service counts as healthy.
-func (n *node) watchHealth(ctx context.Context, changed func()) {
+func (n *Node) watchHealth(ctx context.Context, changed func()) {
 	hc := healthpb.NewHealthClient(n.conn)
 	backoff := 50 * time.Millisecond
 	set := func(v bool) {
@@ -228,3 +229,67 @@ func (f *atomicFloat) Add(d float64) {
 }
 
 func (f *atomicFloat) Store(v float64) { f.bits.Store(math.Float64bits(v)) }
+
+// Addr is the node's address (host:port).
+func (n *Node) Addr() string { return n.addr }
+
+// Client is the node's ScoreBatch client.
+func (n *Node) Client() relevancev1.ScorerClient { return n.client }
+
+// Healthy reports the node's last grpc.health.v1 status (SERVING).
+func (n *Node) Healthy() bool { return n.healthy.Load() }
+
+// Breaker is the node's circuit breaker: Allow takes a permit whose done reports the outcome.
+func (n *Node) Breaker() *gobreaker.TwoStepCircuitBreaker[struct{}] { return n.breaker }
+
+// Coeffs is the node's current learned cost model.
+func (n *Node) Coeffs() costmodel.Coeffs { return *n.coeffs.Load() }
+
+// Samples is how many replies the node's cost model has learned from.
+func (n *Node) Samples() int64 { return n.samples.Load() }
+
+// Inflight is the estimated seconds of this proxy's batches on the node.
+func (n *Node) Inflight() float64 { return n.inflight.Load() }
+
+// CallStarted counts a call about to be made on the node, so that a node removed from the
+// membership keeps its connection until its calls return.
+func (n *Node) CallStarted() { n.calls.Add(1) }
+
+// CallEnded undoes CallStarted; the last call on a removed node closes its connection.
+func (n *Node) CallEnded() {
+	if n.calls.Add(-1) == 0 && n.removed.Load() {
+		n.closeIdle()
+	}
+}
+
+// Succeeded counts an answered batch.
+func (n *Node) Succeeded() { n.batches.Add(1) }
+
+// Failed counts a failure that the breaker counted too, at now.
+func (n *Node) Failed(now time.Time) {
+	n.errors.Add(1)
+	n.lastFailure.Store(now.UnixNano())
+}
+
+// closeIdle closes a removed node's connection; called when nothing is in flight on it.
+func (n *Node) closeIdle() {
+	if n.connClosed.CompareAndSwap(false, true) {
+		_ = n.conn.Close()
+	}
+}
+
+// MeanCoeffs is the reference cost model of a set of nodes (zero when empty).
+func MeanCoeffs(nodes []*Node) costmodel.Coeffs {
+	var c costmodel.Coeffs
+	if len(nodes) == 0 {
+		return c
+	}
+	for _, n := range nodes {
+		k := n.coeffs.Load()
+		c.A += k.A
+		c.B += k.B
+		c.C += k.C
+	}
+	f := float64(len(nodes))
+	return costmodel.Coeffs{A: c.A / f, B: c.B / f, C: c.C / f}
+}

@@ -1,4 +1,4 @@
-package proxy
+package cluster
 
 import (
 	"math"
@@ -14,7 +14,7 @@ import (
 // to "now + the charges still out" (early or late), and a reply whose NodeLoad says ~0 (stale,
 // and blind to batches still on the wire) does not erase this proxy's other charges.
 func TestNodeLoadIsRemainingWork(t *testing.T) {
-	n := &node{learn: costmodel.NewLearner(DefaultConfig().Cost.Prior, 0.99)}
+	n := &Node{learn: costmodel.NewLearner(testPrior, 0.99)}
 	t0 := time.Now()
 	at := func(d float64) time.Time { return t0.Add(time.Duration(d * float64(time.Second))) }
 	near := func(what string, got, want float64) {
@@ -23,28 +23,28 @@ func TestNodeLoadIsRemainingWork(t *testing.T) {
 			t.Errorf("%s: load %.4f, want %.4f", what, got, want)
 		}
 	}
-	n.charge(t0, 0.2)
-	n.charge(t0, 0.2)
-	near("two charged", n.load(t0), 0.4)
-	near("0.15s into the first", n.load(at(0.15)), 0.25) // the sum of charges would still say 0.4
+	n.Charge(t0, 0.2)
+	n.Charge(t0, 0.2)
+	near("two charged", n.Load(t0), 0.4)
+	near("0.15s into the first", n.Load(at(0.15)), 0.25) // the sum of charges would still say 0.4
 	// The first replies early, at 0.15 s, reporting an idle node (its snapshot was taken as the
 	// batch finished; the second batch is still on the wire).
-	n.settle(at(0.15), 0.2)
-	n.observe(&relevancev1.ScoreBatchResponse{Load: &relevancev1.NodeLoad{}}, at(0.15))
-	near("after an early reply", n.load(at(0.15)), 0.2)
-	near("0.1s later", n.load(at(0.25)), 0.1)
+	n.Settle(at(0.15), 0.2)
+	n.Observe(&relevancev1.ScoreBatchResponse{Load: &relevancev1.NodeLoad{}}, at(0.15))
+	near("after an early reply", n.Load(at(0.15)), 0.2)
+	near("0.1s later", n.Load(at(0.25)), 0.1)
 	// Another batch, and a late reply of the second at 0.5 s: the projection restarts from there.
-	n.charge(at(0.3), 0.2)
-	near("charged behind the second", n.load(at(0.3)), 0.2+0.05)
-	n.settle(at(0.5), 0.2)
-	near("after a late reply", n.load(at(0.5)), 0.2)
+	n.Charge(at(0.3), 0.2)
+	near("charged behind the second", n.Load(at(0.3)), 0.2+0.05)
+	n.Settle(at(0.5), 0.2)
+	near("after a late reply", n.Load(at(0.5)), 0.2)
 	// A reply reporting more backlog than ours (another proxy's work) adds the excess.
-	n.observe(&relevancev1.ScoreBatchResponse{Load: &relevancev1.NodeLoad{QueuedCostSeconds: 0.5}}, at(0.5))
-	near("with foreign backlog", n.load(at(0.5)), 0.5)
-	n.settle(at(0.6), 0.2)
+	n.Observe(&relevancev1.ScoreBatchResponse{Load: &relevancev1.NodeLoad{QueuedCostSeconds: 0.5}}, at(0.5))
+	near("with foreign backlog", n.Load(at(0.5)), 0.5)
+	n.Settle(at(0.6), 0.2)
 	near("all settled", n.inflight.Load(), 0)
 	// An unsent lease gives its charge back.
-	n.charge(at(0.6), 0.3)
-	n.uncharge(0.3)
-	near("uncharged (the foreign 0.3 s less 0.1 s drained)", n.load(at(0.6)), 0.2)
+	n.Charge(at(0.6), 0.3)
+	n.Uncharge(0.3)
+	near("uncharged (the foreign 0.3 s less 0.1 s drained)", n.Load(at(0.6)), 0.2)
 }

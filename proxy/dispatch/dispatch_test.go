@@ -1,13 +1,17 @@
-package proxy
+package dispatch
 
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/proxy/cluster"
 )
 
 func TestRetryBudget(t *testing.T) {
@@ -79,12 +83,34 @@ func TestClassify(t *testing.T) {
 			switch {
 			case v == nil:
 				got = "ok"
-			case errors.Is(v, errExcluded):
+			case errors.Is(v, cluster.ErrExcluded):
 				got = "excluded"
 			}
 			if got != tt.want {
 				t.Errorf("classify = %s (%v), want %s", got, v, tt.want)
 			}
 		})
+	}
+}
+
+func TestCheckReplyRejectsNonFiniteScores(t *testing.T) {
+	for _, v := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+		resp := &relevancev1.ScoreBatchResponse{Scores: []*relevancev1.ItemScore{{Index: 0, Score: 0.5}, {Index: 1, Score: v}}}
+		if err := checkReply(resp, 2); status.Code(err) != codes.Internal {
+			t.Errorf("score %v: checkReply = %v, want Internal (a broken node's reply must not be merged)", v, err)
+		}
+	}
+}
+
+func TestRetryableCanceledByConnection(t *testing.T) {
+	// The caller is alive but the call was cancelled under it (the node's connection closed as
+	// DNS removed it): another node can take the batch.
+	if !retryable(context.Background(), status.Error(codes.Canceled, "grpc: the client connection is closing")) {
+		t.Error("Canceled with a live caller: not retried")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if retryable(ctx, status.Error(codes.Canceled, "context canceled")) {
+		t.Error("Canceled by the caller: retried")
 	}
 }

@@ -1,0 +1,89 @@
+// Package admit is the request pipeline's second stage: it admits a planned request only when its
+// plan says it can be answered within its budget, and rejects it at once otherwise, so that the
+// cluster does not spend node time on work that will miss its deadline.
+//
+// Rule. With T = plan.Finish() (the latest projected batch finish: each batch's node load when it
+// was placed plus its predicted cost there; package plan) and B the time left to the deadline,
+//
+//	admit  iff  T ≤ headroom · B
+//
+// A rejected request is RESOURCE_EXHAUSTED with a RetryInfo delay. Its reason is "deadline" when
+// even idle nodes could not make it (plan.IdleFinish() > headroom · B; retry after the idle time)
+// and "overload" otherwise (retry after T − headroom · B, the backlog that has to drain first).
+// Projections are trusted only once every candidate node has learned its cost model from
+// MinSamples replies: before that, everything is admitted.
+//
+// An Admitter has no state of its own and is safe for concurrent use. Admission reads the plan; it
+// places nothing.
+package admit
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/relevance-scoring/relevance/proxy/plan"
+)
+
+// Rejection reasons (relevance_proxy_rejected_total{reason}).
+const (
+	ReasonOverload = "overload"
+	ReasonDeadline = "deadline"
+)
+
+// Reasons lists every rejection reason, for pre-initialising the metric's series.
+var Reasons = []string{ReasonOverload, ReasonDeadline}
+
+// Config configures admission.
+type Config struct {
+	// Disabled admits everything.
+	Disabled bool
+	// Headroom multiplies the budget (> 0).
+	Headroom float64
+	// MinSamples is how many replies every candidate must have learned from before projections
+	// are trusted.
+	MinSamples int
+}
+
+// Admitter applies the rule.
+type Admitter struct {
+	cfg      Config
+	rejected *prometheus.CounterVec
+}
+
+// New returns an admitter counting rejections in rejected (labels: reason); nil counts nothing.
+func New(cfg Config, rejected *prometheus.CounterVec) *Admitter {
+	return &Admitter{cfg: cfg, rejected: rejected}
+}
+
+// Admit returns nil when p may go ahead with budget seconds left to its deadline, else the
+// RESOURCE_EXHAUSTED error to answer with.
+func (a *Admitter) Admit(p *plan.Plan, budget time.Duration) error {
+	if a.cfg.Disabled || len(p.Batches) == 0 || p.MinSamples < int64(a.cfg.MinSamples) {
+		return nil
+	}
+	allowed := a.cfg.Headroom * budget.Seconds()
+	busy := p.Finish()
+	if busy <= allowed {
+		return nil
+	}
+	reason, retry := ReasonOverload, busy-allowed
+	if idle := p.IdleFinish(); idle > allowed {
+		reason, retry = ReasonDeadline, idle
+	}
+	if a.rejected != nil {
+		a.rejected.WithLabelValues(reason).Inc()
+	}
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf("admission: projected completion %.0fms exceeds the %.0fms budget (%s)", busy*1e3, allowed*1e3, reason))
+	delay := time.Duration(math.Max(retry, 0.01) * float64(time.Second))
+	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); err == nil {
+		st = d
+	}
+	return st.Err()
+}

@@ -1,0 +1,358 @@
+// Package cluster is the proxy's view of its scorer nodes: membership (a static list and/or DNS),
+// health (grpc.health.v1 Watch per node), one circuit breaker per node (sony/gobreaker v2), and
+// each node's load and learned speed.
+//
+// Load. A node's load is its outstanding estimated work in seconds: what is left of this proxy's
+// batches on it (their projected finish time minus now, pushed by every charge and reset to
+// now + the charges still out by every reply) plus the rest of the backlog the node last reported,
+// drained in real time since. Node.Load is the one load formula: routing compares it, planning
+// places batches behind it, admission and hedging read the placements made with it.
+//
+// Speed. Each node's cost coefficients (package costmodel) are learned online from the compute
+// time and token counts of its replies, starting from the configured prior.
+//
+// A Cluster is safe for concurrent use once New returns; Start once, Close once. Readers use an
+// immutable membership snapshot through an atomic pointer and per-node atomics, and never block on
+// a lock held across I/O.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/relevance-scoring/relevance/costmodel"
+)
+
+// Config is what the cluster needs of the proxy's configuration.
+type Config struct {
+	// Static lists node addresses (host:port).
+	Static []string
+	// DNS is a name:port whose A/AAAA records are the nodes; empty: none.
+	DNS string
+	// DNSInterval is how often DNS is re-resolved.
+	DNSInterval time.Duration
+	// Breaker configures every node's circuit breaker.
+	Breaker BreakerConfig
+	// Prior is every node's starting cost model; Forgetting the learner's factor in (0, 1].
+	Prior      costmodel.Coeffs
+	Forgetting float64
+}
+
+// BreakerConfig configures the per-node circuit breakers.
+type BreakerConfig struct {
+	// ConsecutiveFailures trips the breaker.
+	ConsecutiveFailures uint32
+	// OpenTimeout is how long a breaker stays open before half-opening.
+	OpenTimeout time.Duration
+	// HalfOpenProbes is how many calls a half-open breaker lets through.
+	HalfOpenProbes uint32
+}
+
+// Cluster is the set of scorer nodes.
+type Cluster struct {
+	cfg Config
+	log *slog.Logger
+
+	// Lookup resolves the DNS name; tests replace it before Start.
+	Lookup func(ctx context.Context, host string) ([]string, error)
+
+	membersMu sync.Mutex // serialises membership changes; readers use members
+	members   atomic.Pointer[[]*Node]
+	dnsAddrs  []string       // guarded by membersMu
+	gone      []*Node        // nodes that left with calls in flight, guarded by membersMu (Close closes their conns)
+	watchers  sync.WaitGroup // every node's health watch, so Close can wait for them
+
+	changedMu sync.Mutex
+	changed   chan struct{} // closed and replaced on every health or membership change
+
+	started atomic.Bool
+	closed  atomic.Bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	bg      sync.WaitGroup // the DNS loop
+}
+
+// New builds a cluster; it connects to nothing until Start.
+func New(cfg Config, log *slog.Logger) *Cluster {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Cluster{cfg: cfg, log: log, Lookup: net.DefaultResolver.LookupHost, changed: make(chan struct{})}
+	c.members.Store(&[]*Node{})
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return c
+}
+
+// Start connects to the static nodes, resolves DNS once and keeps re-resolving it, and starts a
+// health watch per node. It returns at once (nodes become ready as their health arrives: see
+// WaitReady); ctx bounds only the first DNS resolution. A failed first resolution is logged and
+// retried, since a headless service may have no endpoints yet.
+func (c *Cluster) Start(ctx context.Context) error {
+	if c.closed.Load() {
+		return errors.New("cluster start: closed")
+	}
+	if c.started.Swap(true) {
+		return errors.New("cluster start: already started")
+	}
+	if c.cfg.DNS != "" {
+		c.resolve(ctx)
+		c.bg.Go(c.dnsLoop)
+	} else if err := c.setMembers(nil); err != nil {
+		return fmt.Errorf("cluster start: %w", err)
+	}
+	return nil
+}
+
+// Closed reports whether Close has been called.
+func (c *Cluster) Closed() bool { return c.closed.Load() }
+
+// Ready reports whether at least one node is healthy.
+func (c *Cluster) Ready() bool {
+	for _, n := range c.Snapshot() {
+		if n.healthy.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// WaitReady blocks until Ready or ctx ends.
+func (c *Cluster) WaitReady(ctx context.Context) error {
+	return c.WaitFor(ctx, c.Ready)
+}
+
+// WaitFor blocks until cond holds (re-checked on every health or membership change) or ctx ends.
+func (c *Cluster) WaitFor(ctx context.Context, cond func() bool) error {
+	for {
+		c.changedMu.Lock()
+		ch := c.changed
+		c.changedMu.Unlock()
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+func (c *Cluster) notify() {
+	c.changedMu.Lock()
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.changedMu.Unlock()
+}
+
+// Snapshot is the current membership, sorted by address. Immutable: do not modify.
+func (c *Cluster) Snapshot() []*Node { return *c.members.Load() }
+
+// Eligible lists the nodes a batch may go to: healthy, breaker not open, not in exclude.
+func (c *Cluster) Eligible(exclude []*Node) []*Node {
+	var out []*Node
+	for _, n := range c.Snapshot() {
+		if n.healthy.Load() && n.breaker.State() != gobreaker.StateOpen && !slices.Contains(exclude, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Fallback is what keeps breakers from removing every node: when no healthy node has a closed
+// breaker (each is open, or half-open with its probes possibly all out, so that none may take
+// the batch), it returns the healthy node (not in exclude) whose last failure is oldest — the
+// one most likely to have recovered. Otherwise (some breaker is closed) it returns nothing.
+func (c *Cluster) Fallback(exclude []*Node) []*Node {
+	var best *Node
+	for _, n := range c.Snapshot() {
+		if !n.healthy.Load() {
+			continue
+		}
+		if n.breaker.State() == gobreaker.StateClosed {
+			return nil // that breaker lets traffic through
+		}
+		if slices.Contains(exclude, n) {
+			continue
+		}
+		if best == nil || n.lastFailure.Load() < best.lastFailure.Load() {
+			best = n
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	return []*Node{best}
+}
+
+// NodeStatus is one node's state for /v1/nodes.
+type NodeStatus struct {
+	Addr    string `json:"addr"`
+	Healthy bool   `json:"healthy"`
+	// Breaker is "closed", "half-open" or "open".
+	Breaker             string  `json:"breaker"`
+	InflightCostSeconds float64 `json:"inflight_cost_seconds"`
+	// BacklogSeconds adds the rest of the node's reported backlog to the in-flight cost.
+	BacklogSeconds float64          `json:"backlog_seconds"`
+	Coefficients   costmodel.Coeffs `json:"coefficients"`
+	// SpeedRatio is the learned speed relative to the prior on a reference batch.
+	SpeedRatio float64 `json:"speed_ratio"`
+	Samples    int64   `json:"samples"`
+	Batches    int64   `json:"batches"`
+	Errors     int64   `json:"errors"`
+}
+
+// Status reports every node's state, sorted by address.
+func (c *Cluster) Status() []NodeStatus {
+	now := time.Now()
+	out := []NodeStatus{}
+	for _, n := range c.Snapshot() {
+		out = append(out, NodeStatus{
+			Addr:                n.addr,
+			Healthy:             n.healthy.Load(),
+			Breaker:             n.breaker.State().String(),
+			InflightCostSeconds: n.inflight.Load(),
+			BacklogSeconds:      n.Load(now),
+			Coefficients:        *n.coeffs.Load(),
+			SpeedRatio:          1 / n.Scale(c.cfg.Prior),
+			Samples:             n.samples.Load(),
+			Batches:             n.batches.Load(),
+			Errors:              n.errors.Load(),
+		})
+	}
+	return out
+}
+
+// Close stops the DNS loop and health watches and closes every connection. Call it after the
+// fronts have drained. Idempotent.
+func (c *Cluster) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.cancel()
+	c.bg.Wait()
+	c.membersMu.Lock()
+	nodes := append(*c.members.Load(), c.gone...)
+	c.members.Store(&[]*Node{})
+	c.gone = nil
+	c.membersMu.Unlock()
+	for _, n := range nodes {
+		n.stop()
+	}
+	c.watchers.Wait()
+	var errs []error
+	for _, n := range nodes {
+		if n.connClosed.CompareAndSwap(false, true) {
+			if err := n.conn.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close %s: %w", n.addr, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// setMembers makes the membership the static list plus dns (nil: keep the last DNS answer).
+func (c *Cluster) setMembers(dns []string) error {
+	c.membersMu.Lock()
+	defer c.membersMu.Unlock()
+	if c.closed.Load() {
+		return nil
+	}
+	if dns != nil {
+		c.dnsAddrs = dns
+	}
+	want := map[string]bool{}
+	for _, a := range c.cfg.Static {
+		want[a] = true
+	}
+	for _, a := range c.dnsAddrs {
+		want[a] = true
+	}
+	// Nodes that left and have since drained (their conn is closed) are forgotten: with DNS
+	// churn (rolling deploys) the list would otherwise grow for the life of the process.
+	c.gone = slices.DeleteFunc(c.gone, func(n *Node) bool { return n.connClosed.Load() })
+	old := *c.members.Load()
+	var next []*Node
+	have := map[string]bool{}
+	for _, n := range old {
+		if want[n.addr] {
+			next = append(next, n)
+			have[n.addr] = true
+			continue
+		}
+		c.log.Info("scorer node left", "node", n.addr)
+		n.removed.Store(true)
+		n.stop()
+		c.gone = append(c.gone, n)
+		if n.calls.Load() == 0 {
+			n.closeIdle()
+		}
+	}
+	var errs []error
+	for a := range want {
+		if have[a] {
+			continue
+		}
+		n, err := newNode(a, c.cfg, c.onBreaker)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", a, err))
+			continue
+		}
+		ctx, cancel := context.WithCancel(c.ctx)
+		n.stop = cancel
+		c.watchers.Go(func() { n.watchHealth(ctx, c.notify) })
+		c.log.Info("scorer node joined", "node", a)
+		next = append(next, n)
+	}
+	slices.SortFunc(next, func(a, b *Node) int { return strings.Compare(a.addr, b.addr) })
+	c.members.Store(&next)
+	c.notify()
+	return errors.Join(errs...)
+}
+
+func (c *Cluster) onBreaker(addr string, to gobreaker.State) {
+	c.log.Warn("breaker state change", "node", addr, "state", to.String())
+}
+
+// resolve looks the DNS name up once and updates membership; failures keep the last answer.
+func (c *Cluster) resolve(ctx context.Context) {
+	host, port, _ := net.SplitHostPort(c.cfg.DNS)
+	ctx, cancel := context.WithTimeout(ctx, max(c.cfg.DNSInterval, time.Second))
+	defer cancel()
+	ips, err := c.Lookup(ctx, host)
+	if err != nil {
+		c.log.Warn("dns lookup failed; keeping the last node list", "name", host, "err", err)
+		_ = c.setMembers(nil)
+		return
+	}
+	addrs := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		addrs = append(addrs, net.JoinHostPort(ip, port))
+	}
+	if err := c.setMembers(addrs); err != nil {
+		c.log.Warn("membership update", "err", err)
+	}
+}
+
+func (c *Cluster) dnsLoop() {
+	t := time.NewTicker(c.cfg.DNSInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			c.resolve(c.ctx)
+		}
+	}
+}

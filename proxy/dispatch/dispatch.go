@@ -1,0 +1,356 @@
+// Package dispatch is the request pipeline's third stage: it sends each planned batch to the node
+// it was placed on and sees it through — breaker accounting, one retry on another node, optional
+// hedging — until it is answered, fails for good, or the request ends.
+//
+// Rules.
+//   - A batch goes to its plan's lease (package plan); a batch the plan could not place, a retry
+//     and a hedge are placed by the same plan.Placer, excluding the nodes already tried.
+//   - Retry: a failed batch is re-sent once to another node when the failure is retryable (not the
+//     caller's cancellation, not INVALID_ARGUMENT), the deadline leaves at least the batch's
+//     predicted time, and the retry budget has a token. The budget is a token bucket filled by
+//     BudgetRatio per batch up to BudgetBurst; a retry or hedge takes a whole token, so retries
+//     stay under about BudgetRatio of traffic and a failing cluster cannot double its own load.
+//   - Hedge: when enabled and MinSamples batches have been seen, a batch still running after
+//     q·expected (q the configured quantile of recent latency ÷ expected-finish ratios, at least
+//     MinDelay) is sent to a second node too, if the placer's pick has less work ahead than the
+//     straggler was expected to take and the budget allows; the first answer wins, the other call
+//     is cancelled.
+//   - Breakers count failures only: cancellations, the caller's bad input and deadlines that were
+//     the caller's (the call ran less than 2·expected + 20 ms) are excluded.
+//   - In fail-fast mode the first batch that fails for good cancels the others.
+//
+// A Dispatcher is safe for concurrent use.
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/relevance-scoring/relevance/costmodel"
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/proxy/cluster"
+	"github.com/relevance-scoring/relevance/proxy/plan"
+)
+
+// Config configures retries and hedging.
+type Config struct {
+	// RetryDisabled turns retries off.
+	RetryDisabled bool
+	// BudgetRatio and BudgetBurst size the retry budget (see the package doc).
+	BudgetRatio, BudgetBurst float64
+	// Hedge turns hedging on; HedgeQuantile, HedgeMinDelay and HedgeMinSamples tune it.
+	Hedge           bool
+	HedgeQuantile   float64
+	HedgeMinDelay   time.Duration
+	HedgeMinSamples int
+}
+
+// Metrics are what dispatch records; nil fields record nothing.
+type Metrics struct {
+	Retries, Hedges, HedgeWins   prometheus.Counter
+	BatchDuration, EstimateRatio prometheus.Observer
+}
+
+// Result is one batch's outcome.
+type Result struct {
+	Resp    *relevancev1.ScoreBatchResponse
+	Err     error
+	Retries int
+	Hedges  int
+}
+
+// Dispatcher runs planned batches.
+type Dispatcher struct {
+	cfg     Config
+	cluster *cluster.Cluster
+	placer  *plan.Placer
+	budget  *retryBudget
+	hedge   *latencyTracker
+	m       Metrics
+}
+
+// New builds a dispatcher over c's nodes, placing retries and hedges with placer.
+func New(cfg Config, c *cluster.Cluster, placer *plan.Placer, m Metrics) *Dispatcher {
+	return &Dispatcher{cfg: cfg, cluster: c, placer: placer, budget: newRetryBudget(cfg.BudgetRatio, cfg.BudgetBurst),
+		hedge: newLatencyTracker(cfg.HedgeQuantile), m: m}
+}
+
+// BudgetTokens is the retry budget's current balance.
+func (d *Dispatcher) BudgetTokens() float64 {
+	d.budget.mu.Lock()
+	defer d.budget.mu.Unlock()
+	return d.budget.tokens
+}
+
+// Run sends every batch of p and waits for all of them. With failFast, the first batch that fails
+// for good cancels the others and is returned as firstErr (it, not their cancellations, is the
+// request's reason).
+func (d *Dispatcher) Run(ctx context.Context, p *plan.Plan, failFast bool) (results []Result, firstErr error) {
+	bctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var failOnce sync.Once
+	results = make([]Result, len(p.Batches))
+	var wg sync.WaitGroup
+	for bi, b := range p.Batches {
+		first := b.Lease
+		b.Lease = nil // the dispatcher owns it now
+		wg.Go(func() {
+			r := d.runBatch(bctx, b, first)
+			results[bi] = r
+			if r.Err != nil && failFast {
+				failOnce.Do(func() { firstErr = r.Err; stop() })
+			}
+		})
+	}
+	wg.Wait()
+	return results, firstErr
+}
+
+// runBatch sends one batch (first to the node leased at planning time, when there is one),
+// retrying once on another node under the retry budget.
+func (d *Dispatcher) runBatch(ctx context.Context, b *plan.Batch, first *plan.Lease) Result {
+	d.budget.deposit()
+	var tried []*cluster.Node
+	var res Result
+	for attempt := range 2 {
+		if attempt == 1 {
+			if d.cfg.RetryDisabled || !retryable(ctx, res.Err) {
+				break
+			}
+			dl, _ := ctx.Deadline()
+			if time.Until(dl).Seconds() < cluster.MeanCoeffs(d.cluster.Eligible(tried)).Seconds(b.Features) {
+				break // not enough time left for the work itself
+			}
+		}
+		l := first
+		first = nil
+		if l == nil {
+			l = d.placer.Place(b.Features, tried)
+		}
+		if l == nil {
+			if res.Err == nil {
+				res.Err = status.Errorf(codes.Unavailable, "batch %d: no healthy scorer node to take it", b.Index)
+			}
+			break
+		}
+		if attempt == 1 {
+			// The budget is spent only on a retry that really goes out.
+			if !d.budget.take() {
+				l.Release()
+				break
+			}
+			res.Retries++
+			inc(d.m.Retries)
+		}
+		tried = append(tried, l.Node)
+		resp, hedged, err := d.attempt(ctx, b, l, &tried)
+		res.Resp, res.Err = resp, err
+		res.Hedges += hedged
+		if err == nil {
+			break
+		}
+	}
+	return res
+}
+
+func retryable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	// Canceled with the caller still waiting is not the caller's doing (e.g. the node's
+	// connection closed as it left the membership): another node may take the batch.
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.OK:
+		return false
+	}
+	return true
+}
+
+// attempt runs the batch on its lease and, with hedging on, on a second node if the first
+// straggles; the first answer wins and the other call is cancelled. It returns only after every
+// call it started has returned, so nothing outlives the request.
+func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, tried *[]*cluster.Node) (*relevancev1.ScoreBatchResponse, int, error) {
+	delay, ok := d.hedgeDelay(ctx, l.Finish)
+	if !ok {
+		resp, err := d.call(ctx, l, b)
+		return resp, 0, err
+	}
+
+	type result struct {
+		resp  *relevancev1.ScoreBatchResponse
+		err   error
+		hedge bool
+	}
+	ch := make(chan result, 2)
+	c1, cancel1 := context.WithCancel(ctx)
+	defer cancel1()
+	go func() {
+		r, e := d.call(c1, l, b)
+		ch <- result{r, e, false}
+	}()
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		return r.resp, 0, r.err
+	case <-timer.C:
+	}
+	l2 := d.placeHedge(*tried, b, l.Finish)
+	if l2 == nil {
+		r := <-ch
+		return r.resp, 0, r.err
+	}
+	*tried = append(*tried, l2.Node)
+	inc(d.m.Hedges)
+	c2, cancel2 := context.WithCancel(ctx)
+	defer cancel2()
+	go func() {
+		r, e := d.call(c2, l2, b)
+		ch <- result{r, e, true}
+	}()
+	win := <-ch
+	if win.err == nil {
+		// Cancel the loser and wait for it (a cancelled RPC returns at once).
+		cancel1()
+		cancel2()
+		<-ch
+	} else if second := <-ch; second.err == nil {
+		win = second
+	}
+	if win.err == nil && win.hedge {
+		inc(d.m.HedgeWins)
+	}
+	return win.resp, 1, win.err
+}
+
+// placeHedge places a hedge of b through the placer, keeping it only if the chosen node has less
+// work ahead than the straggler was expected to take (expected seconds) and the retry budget
+// allows.
+func (d *Dispatcher) placeHedge(exclude []*cluster.Node, b *plan.Batch, expected float64) *plan.Lease {
+	l := d.placer.Place(b.Features, exclude)
+	if l == nil {
+		return nil
+	}
+	if l.Start >= expected || !d.budget.take() {
+		l.Release()
+		return nil
+	}
+	return l
+}
+
+// hedgeDelay is how long to wait before hedging a batch expected to finish in expected seconds:
+// the configured quantile of recent (latency ÷ expected) ratios times expected.
+func (d *Dispatcher) hedgeDelay(ctx context.Context, expected float64) (time.Duration, bool) {
+	if !d.cfg.Hedge {
+		return 0, false
+	}
+	q, n := d.hedge.quantile()
+	if n < d.cfg.HedgeMinSamples {
+		return 0, false
+	}
+	delay := max(time.Duration(q*expected*float64(time.Second)), d.cfg.HedgeMinDelay)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= delay {
+		return 0, false
+	}
+	return delay, true
+}
+
+// call runs one ScoreBatch on the lease's node, then settles the lease's charge, reports the
+// outcome to the breaker, and learns from a success.
+func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch) (*relevancev1.ScoreBatchResponse, error) {
+	n := l.Node
+	t0 := time.Now()
+	resp, err := n.Client().ScoreBatch(ctx, b.Req)
+	el := time.Since(t0)
+	n.Settle(time.Now(), l.Predicted)
+	if err == nil {
+		err = checkReply(resp, len(b.Req.GetItems()))
+	}
+	verdict := classify(ctx, err, el, l.Finish)
+	if l.Done != nil {
+		l.Done(verdict)
+	}
+	now := time.Now()
+	switch {
+	case err == nil:
+		n.Succeeded()
+		n.Observe(resp, now)
+		observe(d.m.BatchDuration, el.Seconds())
+		if l.Finish > 0 {
+			d.hedge.add(el.Seconds() / l.Finish)
+		}
+		pred := l.Predicted
+		if resp.GetStats().GetPrefixCached() {
+			pred -= l.Coeffs.Seconds(costmodel.PrefixFeatures(b.PrefixTokens))
+		}
+		if cs := resp.GetStats().GetComputeSeconds(); cs > 0 && pred > 0 {
+			observe(d.m.EstimateRatio, cs/pred)
+		}
+	case !errors.Is(verdict, cluster.ErrExcluded):
+		n.Failed(now)
+		err = fmt.Errorf("node %s: %w", n.Addr(), err)
+	}
+	n.CallEnded()
+	return resp, err
+}
+
+// checkReply rejects a reply that does not hold one score per item in batch order: merging it
+// would put scores on the wrong items.
+func checkReply(resp *relevancev1.ScoreBatchResponse, items int) error {
+	if len(resp.GetScores()) != items {
+		return status.Errorf(codes.Internal, "reply has %d scores for %d items", len(resp.GetScores()), items)
+	}
+	for j, s := range resp.GetScores() {
+		if s == nil || s.GetIndex() != uint32(j) {
+			return status.Errorf(codes.Internal, "reply scores[%d] has index %d", j, s.GetIndex())
+		}
+		// A NaN score cannot be ranked (it compares false) nor written as JSON; a node that
+		// produces one is broken, so the batch fails and is retried elsewhere.
+		if v := float64(s.GetScore()); math.IsNaN(v) || math.IsInf(v, 0) {
+			return status.Errorf(codes.Internal, "reply scores[%d] is %v", j, v)
+		}
+	}
+	return nil
+}
+
+// classify turns a call's error into what the breaker should count: nil (success), an error
+// wrapping cluster.ErrExcluded (neither: cancellations, the caller's bad input, and deadlines
+// that were the caller's — the call ran less than twice its expected completion plus 20ms), or a
+// failure.
+func classify(ctx context.Context, err error, el time.Duration, expected float64) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return fmt.Errorf("%w: %w", cluster.ErrExcluded, err)
+	}
+	switch status.Code(err) {
+	case codes.Canceled, codes.InvalidArgument:
+		return fmt.Errorf("%w: %w", cluster.ErrExcluded, err)
+	case codes.DeadlineExceeded:
+		if el.Seconds() < 2*expected+0.02 {
+			return fmt.Errorf("%w: %w", cluster.ErrExcluded, err)
+		}
+	}
+	return err
+}
+
+func inc(c prometheus.Counter) {
+	if c != nil {
+		c.Inc()
+	}
+}
+
+func observe(o prometheus.Observer, v float64) {
+	if o != nil {
+		o.Observe(v)
+	}
+}

@@ -1,0 +1,283 @@
+// Package plan is the first stage of a request: it turns a validated request into batches, each
+// already placed on a node with its projected finish time. Admission reads those finish times and
+// dispatch sends each batch to the node it was placed on; retries and hedges are placed by the
+// same function. So a change to how load is measured (cluster.Node.Load) or how a node is picked
+// (the route strategy) reaches splitting, admission, retries and hedging together.
+//
+// Formulas. With P the shared prefix's tokens (template, instruction, query; prompt.Counter) and
+// L_i item i's own tokens, the reference cost of item i is a·L_i + b·L_i·(P + L_i/2) and every
+// batch adds a·P + b·P²/2 + c (package costmodel; a, b, c the mean of the candidate nodes'
+// learned coefficients). The split strategy (package split) cuts the items into batches against
+// each candidate's backlog and relative speed. Then, in the split's order (earliest planned start
+// first), Placer.Place puts each batch on a node:
+//
+//	node   = the route strategy's pick among eligible nodes (healthy, breaker not open)
+//	start  = node.Load(now)                       seconds of work ahead of the batch
+//	finish = start + node's learned cost of the batch
+//
+// and charges the batch to the node at once, so the next batch's pick, and every concurrent
+// request, sees it. A Plan's Finish is the largest batch finish: when the request is projected to
+// be answered, in seconds from planning.
+//
+// A Placer and a Planner are safe for concurrent use. A Plan belongs to one request.
+package plan
+
+import (
+	"slices"
+	"time"
+
+	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/prompt"
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/proxy/cluster"
+	"github.com/relevance-scoring/relevance/proxy/route"
+	"github.com/relevance-scoring/relevance/proxy/split"
+)
+
+// Lease is a batch's claim on a node: a breaker permit (Done reports the outcome; nil when the
+// fallback bypasses the breaker) and the batch's predicted cost, charged to the node's load when
+// placed and released when the call returns (Settle) or is abandoned (Release).
+type Lease struct {
+	Node *cluster.Node
+	// Done reports the call's outcome to the node's breaker (cluster.ErrExcluded: neither success
+	// nor failure); nil for a fallback lease that bypassed the breaker.
+	Done func(error)
+	// Coeffs is the node's cost model at placement.
+	Coeffs costmodel.Coeffs
+	// Predicted is the batch's compute seconds on this node.
+	Predicted float64
+	// Start is the node's load when the batch was placed: seconds of work ahead of it.
+	Start float64
+	// Finish is Start + Predicted: when the batch should be answered, in seconds from placement.
+	Finish float64
+}
+
+// Release gives back a lease whose call will not be made: its charge, its call count and its
+// breaker permit (uncounted).
+func (l *Lease) Release() {
+	l.Node.Uncharge(l.Predicted)
+	if l.Done != nil {
+		l.Done(cluster.ErrExcluded)
+	}
+	l.Node.CallEnded()
+}
+
+// Placer is the one placement function: where a batch goes and when it is projected to finish.
+type Placer struct {
+	cluster *cluster.Cluster
+	picker  route.Picker
+}
+
+// NewPlacer places batches on c's nodes with picker.
+func NewPlacer(c *cluster.Cluster, picker route.Picker) *Placer {
+	return &Placer{cluster: c, picker: picker}
+}
+
+// candList adapts nodes to route.Candidates; loads are read at pick time.
+type candList struct {
+	nodes []*cluster.Node
+	now   time.Time
+}
+
+func (c candList) Len() int           { return len(c.nodes) }
+func (c candList) Load(i int) float64 { return c.nodes[i].Load(c.now) }
+
+// Place picks a node for a batch of features f among the eligible nodes not in exclude, takes a
+// breaker permit and charges the batch to the node. When every breaker refuses it falls back to
+// the node that failed longest ago (breakers never remove every node). It returns nil when no
+// node can take the batch.
+func (p *Placer) Place(f costmodel.Features, exclude []*cluster.Node) *Lease {
+	cands := p.cluster.Eligible(exclude)
+	for len(cands) > 0 {
+		i := p.picker.Pick(candList{cands, time.Now()})
+		n := cands[i]
+		done, err := n.Breaker().Allow()
+		if err == nil {
+			return lease(n, done, f)
+		}
+		// Open, or half-open with its probes taken: try the others.
+		cands = slices.Delete(cands, i, i+1)
+	}
+	if fb := p.cluster.Fallback(exclude); len(fb) > 0 {
+		return lease(fb[0], nil, f)
+	}
+	return nil
+}
+
+func lease(n *cluster.Node, done func(error), f costmodel.Features) *Lease {
+	c := n.Coeffs()
+	now := time.Now()
+	l := &Lease{Node: n, Done: done, Coeffs: c, Predicted: c.Seconds(f)}
+	l.Start = n.Load(now)
+	l.Finish = l.Start + l.Predicted
+	n.Charge(now, l.Predicted)
+	n.CallStarted()
+	return l
+}
+
+// Batch is one planned batch.
+type Batch struct {
+	// Index is the batch's position in the plan.
+	Index int
+	// Items are indices into the request's items, ascending.
+	Items []int
+	// Req is the ScoreBatch request to send.
+	Req *relevancev1.ScoreBatchRequest
+	// PrefixTokens is the shared prefix's token count.
+	PrefixTokens int
+	// Features is the batch's work as the proxy sees it (prefix not cached).
+	Features costmodel.Features
+	// Lease is the node the batch was placed on; nil when no node could take it.
+	Lease *Lease
+}
+
+// Plan is one request's batches, placed.
+type Plan struct {
+	// PrefixTokens is the shared prefix's token count; ItemTokens each item's.
+	PrefixTokens int
+	ItemTokens   []int
+	// Batches in dispatch order.
+	Batches []*Batch
+	// Candidates is how many nodes could take batches at planning time; MinSamples the fewest
+	// replies any of them had learned its cost model from (how far its projections can be trusted).
+	Candidates int
+	MinSamples int64
+	// Duration is how long planning took.
+	Duration time.Duration
+}
+
+// Finish is when the request is projected to be answered: the latest batch finish, in seconds
+// from planning (0 without batches).
+func (p *Plan) Finish() float64 {
+	var f float64
+	for _, b := range p.Batches {
+		if b.Lease != nil {
+			f = max(f, b.Lease.Finish)
+		}
+	}
+	return f
+}
+
+// IdleFinish is when the request would be answered if its nodes had no other work: per node, the
+// sum of its batches' predicted seconds; the largest of those.
+func (p *Plan) IdleFinish() float64 {
+	per := map[*cluster.Node]float64{}
+	var f float64
+	for _, b := range p.Batches {
+		if b.Lease != nil {
+			per[b.Lease.Node] += b.Lease.Predicted
+			f = max(f, per[b.Lease.Node])
+		}
+	}
+	return f
+}
+
+// Imbalance is max/mean of the batches' projected finish: 1 is perfect (and for < 2 batches).
+func (p *Plan) Imbalance() float64 {
+	if len(p.Batches) < 2 {
+		return 1
+	}
+	var sum, mx float64
+	for _, b := range p.Batches {
+		if b.Lease != nil {
+			sum += b.Lease.Finish
+			mx = max(mx, b.Lease.Finish)
+		}
+	}
+	if sum <= 0 {
+		return 1
+	}
+	return mx / (sum / float64(len(p.Batches)))
+}
+
+// Release gives back every lease of the plan (a rejected request).
+func (p *Plan) Release() {
+	for _, b := range p.Batches {
+		if b.Lease != nil {
+			b.Lease.Release()
+			b.Lease = nil
+		}
+	}
+}
+
+// Config is what planning needs of the proxy's configuration.
+type Config struct {
+	// MaxBatchItems caps the items of one batch (≤ 0: no cap).
+	MaxBatchItems int
+	// TargetBatchSeconds is the smallest batch cost worth a batch of its own (≤ 0: no floor).
+	TargetBatchSeconds float64
+}
+
+// Planner plans requests.
+type Planner struct {
+	cfg      Config
+	counter  *prompt.Counter
+	splitter split.Splitter
+	placer   *Placer
+	cluster  *cluster.Cluster
+}
+
+// NewPlanner builds a planner: tokens counted by counter, items split by splitter, batches placed
+// by placer on c's nodes.
+func NewPlanner(cfg Config, counter *prompt.Counter, splitter split.Splitter, c *cluster.Cluster, placer *Placer) *Planner {
+	return &Planner{cfg: cfg, counter: counter, splitter: splitter, placer: placer, cluster: c}
+}
+
+// Plan counts req's tokens, splits its items and places every batch. It returns nil when no node
+// can take work. reqID is stamped on every batch request.
+func (pl *Planner) Plan(req *relevancev1.ScoreRequest, reqID string) *Plan {
+	start := time.Now()
+	prefix := pl.counter.Prefix(req.GetInstruction(), req.GetQuery())
+	toks := make([]int, len(req.GetItems()))
+	for i, it := range req.GetItems() {
+		toks[i] = pl.counter.Item(it.GetText())
+	}
+	cands := pl.cluster.Eligible(nil)
+	if len(cands) == 0 {
+		cands = pl.cluster.Fallback(nil)
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	now := time.Now()
+	ref := cluster.MeanCoeffs(cands)
+	in := split.Input{
+		PrefixTokens:       prefix,
+		ItemTokens:         toks,
+		Coeffs:             ref,
+		Nodes:              make([]split.Node, len(cands)),
+		MaxBatchItems:      pl.cfg.MaxBatchItems,
+		TargetBatchSeconds: pl.cfg.TargetBatchSeconds,
+	}
+	out := &Plan{PrefixTokens: prefix, ItemTokens: toks, Candidates: len(cands), MinSamples: cands[0].Samples()}
+	for i, n := range cands {
+		in.Nodes[i] = split.Node{Backlog: n.Load(now), Scale: n.Scale(ref)}
+		out.MinSamples = min(out.MinSamples, n.Samples())
+	}
+	batches := pl.splitter.Split(in)
+	out.Batches = make([]*Batch, len(batches))
+	for bi, b := range batches {
+		br := &relevancev1.ScoreBatchRequest{
+			RequestId:            reqID,
+			BatchIndex:           uint32(bi),
+			Query:                req.GetQuery(),
+			Instruction:          req.GetInstruction(),
+			Items:                make([]*relevancev1.Item, len(b.Items)),
+			Options:              req.GetOptions(),
+			EstimatedCostSeconds: b.Cost,
+		}
+		bt := make([]int, len(b.Items))
+		for j, i := range b.Items {
+			br.Items[j] = req.GetItems()[i]
+			bt[j] = toks[i]
+		}
+		out.Batches[bi] = &Batch{Index: bi, Items: b.Items, Req: br, PrefixTokens: prefix, Features: costmodel.BatchFeatures(prefix, bt, false)}
+	}
+	// Place in the split's order (earliest planned start first), each placement charged before
+	// the next, so that the route strategy's picks follow the split's plan.
+	for _, b := range out.Batches {
+		b.Lease = pl.placer.Place(b.Features, nil)
+	}
+	out.Duration = time.Since(start)
+	return out
+}
