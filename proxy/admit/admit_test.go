@@ -1,0 +1,93 @@
+package admit
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/relevance-scoring/relevance/proxy/cluster"
+	"github.com/relevance-scoring/relevance/proxy/plan"
+)
+
+// planOf builds a plan whose batches sit on the given nodes with the given (start, predicted).
+func planOf(minSamples int64, batches ...struct {
+	node             *cluster.Node
+	start, predicted float64
+}) *plan.Plan {
+	p := &plan.Plan{MinSamples: minSamples}
+	for i, b := range batches {
+		p.Batches = append(p.Batches, &plan.Batch{Index: i, Lease: &plan.Lease{Node: b.node, Start: b.start, Predicted: b.predicted, Finish: b.start + b.predicted}})
+	}
+	return p
+}
+
+type bt = struct {
+	node             *cluster.Node
+	start, predicted float64
+}
+
+func retryDelay(t *testing.T, err error) time.Duration {
+	t.Helper()
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration()
+		}
+	}
+	t.Fatalf("%v: no RetryInfo", err)
+	return 0
+}
+
+// TestAdmitReadsThePlansFinish: admission compares the plan's projected finish (the latest
+// batch's node backlog plus its cost there) with headroom × budget; it places nothing itself.
+func TestAdmitReadsThePlansFinish(t *testing.T) {
+	a, b := new(cluster.Node), new(cluster.Node)
+	tests := []struct {
+		name       string
+		plan       *plan.Plan
+		budget     time.Duration
+		headroom   float64
+		wantReason string // "" admitted
+		wantRetry  time.Duration
+	}{
+		{"fits", planOf(10, bt{a, 0.1, 0.2}, bt{b, 0, 0.25}), 500 * time.Millisecond, 1, "", 0},
+		{"backlog makes it late", planOf(10, bt{a, 0.4, 0.2}, bt{b, 0, 0.25}), 500 * time.Millisecond, 1, ReasonOverload, 100 * time.Millisecond},
+		{"headroom tightens", planOf(10, bt{a, 0.1, 0.2}, bt{b, 0, 0.25}), 500 * time.Millisecond, 0.5, ReasonOverload, 50 * time.Millisecond},
+		// Two batches on one node: 0.3 + 0.3 of its own work cannot fit 0.5 s even when idle.
+		{"idle nodes too slow", planOf(10, bt{a, 0, 0.3}, bt{a, 0.3, 0.3}), 500 * time.Millisecond, 1, ReasonDeadline, 600 * time.Millisecond},
+		{"untrained projections admitted", planOf(3, bt{a, 5, 0.2}), 500 * time.Millisecond, 1, "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rej := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rejected_total", Help: "x"}, []string{"reason"})
+			err := New(Config{Headroom: tt.headroom, MinSamples: 10}, rej).Admit(tt.plan, tt.budget)
+			if tt.wantReason == "" {
+				if err != nil {
+					t.Fatalf("Admit: %v, want admitted", err)
+				}
+				return
+			}
+			if status.Code(err) != codes.ResourceExhausted {
+				t.Fatalf("Admit: %v, want RESOURCE_EXHAUSTED", err)
+			}
+			if got := testutil.ToFloat64(rej.WithLabelValues(tt.wantReason)); got != 1 {
+				t.Errorf("rejected{reason=%s} = %v, want 1 (err %v)", tt.wantReason, got, err)
+			}
+			if d := retryDelay(t, err); math.Abs(d.Seconds()-tt.wantRetry.Seconds()) > 1e-3 {
+				t.Errorf("RetryInfo %v, want %v", d, tt.wantRetry)
+			}
+		})
+	}
+}
+
+func TestAdmitDisabled(t *testing.T) {
+	p := planOf(100, bt{new(cluster.Node), 10, 10})
+	if err := New(Config{Disabled: true, Headroom: 1}, nil).Admit(p, time.Millisecond); err != nil {
+		t.Errorf("disabled admission rejected: %v", err)
+	}
+}

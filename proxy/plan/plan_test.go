@@ -1,0 +1,175 @@
+package plan
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/internal/fakenode"
+	"github.com/relevance-scoring/relevance/prompt"
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/proxy/cluster"
+	"github.com/relevance-scoring/relevance/proxy/route"
+	"github.com/relevance-scoring/relevance/proxy/route/leastloaded"
+	"github.com/relevance-scoring/relevance/proxy/route/roundrobin"
+	"github.com/relevance-scoring/relevance/proxy/split/cost"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var prior = costmodel.Coeffs{A: 1e-3, B: 1e-7, C: 0.01}
+
+// startCluster starts n fake nodes and a cluster over them, ready.
+func startCluster(t *testing.T, n int) *cluster.Cluster {
+	t.Helper()
+	nodes, err := fakenode.StartCluster(n, fakenode.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nodes.Close)
+	c := cluster.New(cluster.Config{Static: nodes.Addrs(), Prior: prior, Forgetting: 0.99,
+		Breaker: cluster.BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}}, nil)
+	t.Cleanup(func() { c.Close() })
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.WaitFor(ctx, func() bool { return len(c.Eligible(nil)) == n }); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 0.005+1e-3*math.Abs(b) }
+
+// TestPlaceChargesEachPickBeforeTheNext: a placement is visible to the next one at once, so
+// least-loaded spreads equal batches over idle nodes and queues the third behind the first; each
+// lease's Finish is the work ahead of it plus its own predicted cost on that node.
+func TestPlaceChargesEachPickBeforeTheNext(t *testing.T) {
+	c := startCluster(t, 2)
+	p := NewPlacer(c, leastloaded.New(0, route.DefaultRand))
+	f := costmodel.BatchFeatures(50, []int{100, 100, 100, 100}, false)
+	want := prior.Seconds(f)
+	var ls []*Lease
+	for range 3 {
+		l := p.Place(f, nil)
+		if l == nil {
+			t.Fatal("no lease")
+		}
+		ls = append(ls, l)
+	}
+	if ls[0].Node == ls[1].Node {
+		t.Errorf("two equal batches on idle nodes both went to %s", ls[0].Node.Addr())
+	}
+	for i, l := range ls {
+		if !near(l.Predicted, want) || !near(l.Finish, l.Start+l.Predicted) {
+			t.Errorf("lease %d: predicted %.4f (want %.4f), start %.4f, finish %.4f", i, l.Predicted, want, l.Start, l.Finish)
+		}
+	}
+	if !near(ls[0].Start, 0) || !near(ls[1].Start, 0) || !near(ls[2].Start, want) {
+		t.Errorf("starts %.4f %.4f %.4f, want 0, 0, %.4f (the third behind a charged node)", ls[0].Start, ls[1].Start, ls[2].Start, want)
+	}
+	for _, l := range ls {
+		l.Release()
+	}
+	for _, n := range c.Snapshot() {
+		if n.Inflight() != 0 {
+			t.Errorf("node %s: in-flight %v after every lease was released, want 0", n.Addr(), n.Inflight())
+		}
+	}
+}
+
+// TestPlaceExcludesTriedNodes: a retry or hedge never lands on a node it already tried, and gets
+// nothing when every node was tried.
+func TestPlaceExcludesTriedNodes(t *testing.T) {
+	c := startCluster(t, 2)
+	p := NewPlacer(c, leastloaded.New(0, route.DefaultRand))
+	f := costmodel.BatchFeatures(10, []int{10}, false)
+	first := p.Place(f, nil)
+	second := p.Place(f, []*cluster.Node{first.Node})
+	if second == nil || second.Node == first.Node {
+		t.Fatalf("placement excluding %s: %v", first.Node.Addr(), second)
+	}
+	if l := p.Place(f, []*cluster.Node{first.Node, second.Node}); l != nil {
+		t.Errorf("every node excluded: got a lease on %s", l.Node.Addr())
+	}
+	first.Release()
+	second.Release()
+}
+
+func request(items int) *relevancev1.ScoreRequest {
+	req := &relevancev1.ScoreRequest{Query: "usb-c charger"}
+	for i := range items {
+		req.Items = append(req.Items, &relevancev1.Item{Text: fmt.Sprintf("item %d: a 65 W GaN charger with %d ports", i, i%4+1)})
+	}
+	return req
+}
+
+// TestPlanPlacesEveryBatch: the plan covers every item once, every batch carries its lease, and
+// the plan's projected finish is the latest lease's; the idle finish sums each node's own batches.
+func TestPlanPlacesEveryBatch(t *testing.T) {
+	c := startCluster(t, 2)
+	counter, err := prompt.NewCounter(prompt.CountEstimate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	placer := NewPlacer(c, roundrobin.New(0))
+	pl := NewPlanner(Config{MaxBatchItems: 4}, counter, cost.New(), c, placer).Plan(request(16), "r1")
+	if pl == nil || len(pl.Batches) < 2 {
+		t.Fatalf("plan: %+v", pl)
+	}
+	seen := map[int]bool{}
+	var latest float64
+	perNode := map[*cluster.Node]float64{}
+	for bi, b := range pl.Batches {
+		if b.Lease == nil {
+			t.Fatalf("batch %d: no lease", bi)
+		}
+		if b.Req.GetRequestId() != "r1" || int(b.Req.GetBatchIndex()) != bi || len(b.Req.GetItems()) != len(b.Items) {
+			t.Errorf("batch %d: request %+v", bi, b.Req)
+		}
+		for _, i := range b.Items {
+			if seen[i] {
+				t.Errorf("item %d in two batches", i)
+			}
+			seen[i] = true
+		}
+		latest = max(latest, b.Lease.Finish)
+		perNode[b.Lease.Node] += b.Lease.Predicted
+	}
+	if len(seen) != 16 {
+		t.Errorf("%d of 16 items planned", len(seen))
+	}
+	if pl.Finish() != latest {
+		t.Errorf("Finish %v, want the latest lease's %v", pl.Finish(), latest)
+	}
+	var idle float64
+	for _, s := range perNode {
+		idle = max(idle, s)
+	}
+	if !near(pl.IdleFinish(), idle) {
+		t.Errorf("IdleFinish %v, want %v", pl.IdleFinish(), idle)
+	}
+	pl.Release()
+	for _, n := range c.Snapshot() {
+		if n.Inflight() != 0 {
+			t.Errorf("node %s: in-flight %v after Release, want 0", n.Addr(), n.Inflight())
+		}
+	}
+}
+
+// TestPlanWithoutNodes: no eligible node means no plan.
+func TestPlanWithoutNodes(t *testing.T) {
+	c := cluster.New(cluster.Config{Prior: prior, Forgetting: 0.99}, nil)
+	defer c.Close()
+	counter, _ := prompt.NewCounter(prompt.CountEstimate)
+	if pl := NewPlanner(Config{}, counter, cost.New(), c, NewPlacer(c, roundrobin.New(0))).Plan(request(2), "r"); pl != nil {
+		t.Errorf("plan without nodes: %+v", pl)
+	}
+}
