@@ -30,6 +30,7 @@ type Config struct {
 	Retry     RetryConfig     `yaml:"retry" json:"retry"`
 	Hedge     HedgeConfig     `yaml:"hedge" json:"hedge"`
 	Admission AdmissionConfig `yaml:"admission" json:"admission"`
+	Outlier   OutlierConfig   `yaml:"outlier" json:"outlier"`
 	Cost      CostConfig      `yaml:"cost" json:"cost"`
 	Limits    LimitsConfig    `yaml:"limits" json:"limits"`
 	// SLO is the budget of a request that carries no deadline (and no timeout_ms); that budget
@@ -121,6 +122,29 @@ type AdmissionConfig struct {
 	MinSamples int `yaml:"min_samples" json:"min_samples"`
 }
 
+// OutlierConfig configures outlier detection (as Envoy's): a node whose batches run far beyond
+// their projected finish, or that misses deadlines, several times in a row is ejected — taken out
+// of routing — for a growing interval, and comes back on probation.
+type OutlierConfig struct {
+	// Disabled turns outlier detection off.
+	Disabled bool `yaml:"disabled" json:"disabled"`
+	// ConsecutiveSlow is how many slow outcomes in a row eject a node. Default 3.
+	ConsecutiveSlow int `yaml:"consecutive_slow" json:"consecutive_slow"`
+	// SlowFactor: a batch still unanswered after SlowFactor × its projected finish (and at least
+	// SlowMin) is slow — counted at that moment, before it ends, and rescued on another node
+	// while the deadline allows. Default 3.
+	SlowFactor float64 `yaml:"slow_factor" json:"slow_factor"`
+	// SlowMin is the shortest time a batch must run to count as slow. Default 50ms.
+	SlowMin time.Duration `yaml:"slow_min" json:"slow_min"`
+	// BaseEjection is the first ejection's length; the n-th lasts n × BaseEjection, up to
+	// MaxEjection. Default 1s and 30s.
+	BaseEjection time.Duration `yaml:"base_ejection" json:"base_ejection"`
+	MaxEjection  time.Duration `yaml:"max_ejection" json:"max_ejection"`
+	// MaxEjectionPercent bounds the share of nodes ejected at once (at least one node may always
+	// be ejected when there are two or more). Default 50.
+	MaxEjectionPercent int `yaml:"max_ejection_percent" json:"max_ejection_percent"`
+}
+
 // CostConfig configures the cost model.
 type CostConfig struct {
 	// TokenCounter is "estimate" (default: tokenizer.EstimateTokens, no BPE) or "exact" (the
@@ -168,6 +192,8 @@ func DefaultConfig() Config {
 		Retry:     RetryConfig{BudgetRatio: 0.1, BudgetBurst: 10},
 		Hedge:     HedgeConfig{Quantile: 0.95, MinDelay: 2 * time.Millisecond, MinSamples: 20},
 		Admission: AdmissionConfig{Headroom: 1, MinSamples: 10},
+		Outlier: OutlierConfig{ConsecutiveSlow: 3, SlowFactor: 3, SlowMin: 50 * time.Millisecond,
+			BaseEjection: time.Second, MaxEjection: 30 * time.Second, MaxEjectionPercent: 50},
 		Cost: CostConfig{
 			TokenCounter: TokensEstimate,
 			// The calibrated profile of the default `small` model, one thread per node
@@ -265,6 +291,24 @@ func (c *Config) Validate() error {
 	}
 	if c.Admission.MinSamples < 0 {
 		bad("admission.min_samples", "must be ≥ 0", c.Admission.MinSamples)
+	}
+	if c.Outlier.ConsecutiveSlow <= 0 {
+		bad("outlier.consecutive_slow", "must be > 0", c.Outlier.ConsecutiveSlow)
+	}
+	if !(c.Outlier.SlowFactor >= 1) {
+		bad("outlier.slow_factor", "must be ≥ 1", c.Outlier.SlowFactor)
+	}
+	if c.Outlier.SlowMin < 0 {
+		bad("outlier.slow_min", "must be ≥ 0", c.Outlier.SlowMin)
+	}
+	if c.Outlier.BaseEjection <= 0 {
+		bad("outlier.base_ejection", "must be > 0", c.Outlier.BaseEjection)
+	}
+	if c.Outlier.MaxEjection < c.Outlier.BaseEjection {
+		bad("outlier.max_ejection", "must be ≥ outlier.base_ejection", c.Outlier.MaxEjection)
+	}
+	if c.Outlier.MaxEjectionPercent < 0 || c.Outlier.MaxEjectionPercent > 100 {
+		bad("outlier.max_ejection_percent", "must be in [0, 100]", c.Outlier.MaxEjectionPercent)
 	}
 	if c.Cost.TokenCounter != TokensEstimate && c.Cost.TokenCounter != TokensExact {
 		bad("cost.token_counter", "must be "+TokensExact+" or "+TokensEstimate, strconv.Quote(c.Cost.TokenCounter))
