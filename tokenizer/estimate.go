@@ -39,7 +39,7 @@ const (
 )
 
 // estimateWeights are tokens per feature unit, fitted by least relative squared error (run
-// TestEstimateCalibrate with -calibrate to refit after changing the features).
+// TestEstimateWeightsAreFitted with -calibrate to refit after changing the features).
 var estimateWeights = [numFeatures]float64{
 	featWords:       1.1856,
 	featLongLetters: 0.1307,
