@@ -13,10 +13,7 @@ import (
 	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/prompt"
 	"github.com/relevance-scoring/relevance/proxy/route/leastloaded"
-	"github.com/relevance-scoring/relevance/proxy/route/random"
-	"github.com/relevance-scoring/relevance/proxy/route/roundrobin"
 	"github.com/relevance-scoring/relevance/proxy/split/cost"
-	"github.com/relevance-scoring/relevance/proxy/split/fixed"
 )
 
 // Config is the proxy core's configuration (the HTTP/gRPC fronts have their own). Durations in
@@ -120,6 +117,10 @@ type AdmissionConfig struct {
 	// MinSamples: a node's prediction is trusted for admission only after it has learned from this
 	// many batches (priors may be far off). Default 10.
 	MinSamples int `yaml:"min_samples" json:"min_samples"`
+	// MarginQuantile: projections are stretched by this quantile of recent batches' observed
+	// latency ÷ projected finish (their measured error) before admission compares them with the
+	// budget; 0 turns the margin off. Default 0.9.
+	MarginQuantile float64 `yaml:"margin_quantile" json:"margin_quantile"`
 }
 
 // OutlierConfig configures outlier detection (as Envoy's): a node whose batches run far beyond
@@ -191,7 +192,7 @@ func DefaultConfig() Config {
 		Breaker:   BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: 5 * time.Second, HalfOpenProbes: 1},
 		Retry:     RetryConfig{BudgetRatio: 0.1, BudgetBurst: 10},
 		Hedge:     HedgeConfig{Quantile: 0.95, MinDelay: 2 * time.Millisecond, MinSamples: 20},
-		Admission: AdmissionConfig{Headroom: 1, MinSamples: 10},
+		Admission: AdmissionConfig{Headroom: 1, MinSamples: 10, MarginQuantile: 0.9},
 		Outlier: OutlierConfig{ConsecutiveSlow: 3, SlowFactor: 3, SlowMin: 50 * time.Millisecond,
 			BaseEjection: time.Second, MaxEjection: 30 * time.Second, MaxEjectionPercent: 50},
 		Cost: CostConfig{
@@ -247,7 +248,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if _, ok := splitters[c.Split.Strategy]; !ok {
-		bad("split.strategy", "must be "+fixed.Type+" or "+cost.Type, strconv.Quote(c.Split.Strategy))
+		bad("split.strategy", mustBeOneOf(SplitStrategies()), strconv.Quote(c.Split.Strategy))
 	}
 	if c.Split.MaxBatchItems <= 0 {
 		bad("split.max_batch_items", "must be > 0", c.Split.MaxBatchItems)
@@ -256,7 +257,7 @@ func (c *Config) Validate() error {
 		bad("split.target_batch_seconds", "must be ≥ 0", c.Split.TargetBatchSeconds)
 	}
 	if _, ok := pickers[c.Route.Strategy]; !ok {
-		bad("route.strategy", "must be "+random.Type+", "+roundrobin.Type+" or "+leastloaded.Type, strconv.Quote(c.Route.Strategy))
+		bad("route.strategy", mustBeOneOf(RouteStrategies()), strconv.Quote(c.Route.Strategy))
 	}
 	if c.Route.FullScanMax <= 0 {
 		bad("route.full_scan_max", "must be > 0", c.Route.FullScanMax)
@@ -288,6 +289,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.Admission.Headroom > 0) {
 		bad("admission.headroom", "must be > 0", c.Admission.Headroom)
+	}
+	if !(c.Admission.MarginQuantile >= 0 && c.Admission.MarginQuantile < 1) {
+		bad("admission.margin_quantile", "must be in [0, 1)", c.Admission.MarginQuantile)
 	}
 	if c.Admission.MinSamples < 0 {
 		bad("admission.min_samples", "must be ≥ 0", c.Admission.MinSamples)

@@ -75,16 +75,25 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 			OpenTimeout:         cfg.Breaker.OpenTimeout,
 			HalfOpenProbes:      cfg.Breaker.HalfOpenProbes,
 		},
+		Outlier: cluster.OutlierConfig{
+			Disabled:           cfg.Outlier.Disabled,
+			ConsecutiveSlow:    cfg.Outlier.ConsecutiveSlow,
+			BaseEjection:       cfg.Outlier.BaseEjection,
+			MaxEjection:        cfg.Outlier.MaxEjection,
+			MaxEjectionPercent: cfg.Outlier.MaxEjectionPercent,
+		},
 		Prior:      cfg.Cost.Prior,
 		Forgetting: cfg.Cost.Forgetting,
 	}, log)
 	if p.m, err = newMetrics(reg, p); err != nil {
 		return nil, fmt.Errorf("new proxy: metrics: %w", err)
 	}
+	acc := &plan.Accuracy{}
 	placer := plan.NewPlacer(p.cluster, pickers[cfg.Route.Strategy](cfg, route.DefaultRand))
 	p.planner = plan.NewPlanner(plan.Config{MaxBatchItems: cfg.Split.MaxBatchItems, TargetBatchSeconds: cfg.Split.TargetBatchSeconds},
 		counter, splitters[cfg.Split.Strategy](cfg), p.cluster, placer)
-	p.admitter = admit.New(admit.Config{Disabled: cfg.Admission.Disabled, Headroom: cfg.Admission.Headroom, MinSamples: cfg.Admission.MinSamples}, p.m.rejected)
+	p.admitter = admit.New(admit.Config{Disabled: cfg.Admission.Disabled, Headroom: cfg.Admission.Headroom,
+		MinSamples: cfg.Admission.MinSamples, MarginQuantile: cfg.Admission.MarginQuantile}, acc, p.m.rejected)
 	p.dispatcher = dispatch.New(dispatch.Config{
 		RetryDisabled:   cfg.Retry.Disabled,
 		BudgetRatio:     cfg.Retry.BudgetRatio,
@@ -93,7 +102,9 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 		HedgeQuantile:   cfg.Hedge.Quantile,
 		HedgeMinDelay:   cfg.Hedge.MinDelay,
 		HedgeMinSamples: cfg.Hedge.MinSamples,
-	}, p.cluster, placer, dispatch.Metrics{
+		SlowFactor:      slowFactor(cfg.Outlier),
+		SlowMin:         cfg.Outlier.SlowMin,
+	}, p.cluster, placer, acc, dispatch.Metrics{
 		Retries:       p.m.retries,
 		Hedges:        p.m.hedges,
 		HedgeWins:     p.m.hedgeWins,
@@ -124,6 +135,14 @@ func (p *Proxy) Nodes() []NodeStatus { return p.cluster.Status() }
 // Close stops the DNS loop and health watches and closes every connection. Call it after the
 // fronts have drained; Score fails with UNAVAILABLE afterwards. Idempotent.
 func (p *Proxy) Close() error { return p.cluster.Close() }
+
+// slowFactor is the dispatcher's slow threshold: off (0) when outlier detection is.
+func slowFactor(o OutlierConfig) float64 {
+	if o.Disabled {
+		return 0
+	}
+	return o.SlowFactor
+}
 
 func newRequestID() string {
 	var b [12]byte

@@ -3,10 +3,15 @@
 // cluster does not spend node time on work that will miss its deadline.
 //
 // Rule. With T = plan.Finish() (the latest projected batch finish: each batch's node load when it
-// was placed plus its predicted cost there; package plan) and B the time left to the deadline,
+// was placed plus its predicted cost there; package plan), B the time left to the deadline and m
+// the margin — the MarginQuantile of recent batches' observed latency ÷ projected finish
+// (plan.Accuracy: the projections' own measured error, clamped to [0.5, 4]; 1 until MinSamples
+// batches were seen) —
 //
-//	admit  iff  T ≤ headroom · B
+//	admit  iff  m · T ≤ headroom · B
 //
+// so that what is admitted finishes in time as often as the projections are right, not merely on
+// average.
 // A rejected request is RESOURCE_EXHAUSTED with a RetryInfo delay. Its reason is "deadline" when
 // even idle nodes could not make it (plan.IdleFinish() > headroom · B; retry after the idle time)
 // and "overload" otherwise (retry after T − headroom · B, the backlog that has to drain first).
@@ -49,17 +54,33 @@ type Config struct {
 	// MinSamples is how many replies every candidate must have learned from before projections
 	// are trusted.
 	MinSamples int
+	// MarginQuantile is the quantile of the projections' error used as the margin (0: none).
+	MarginQuantile float64
 }
 
 // Admitter applies the rule.
 type Admitter struct {
 	cfg      Config
+	acc      *plan.Accuracy
 	rejected *prometheus.CounterVec
 }
 
-// New returns an admitter counting rejections in rejected (labels: reason); nil counts nothing.
-func New(cfg Config, rejected *prometheus.CounterVec) *Admitter {
-	return &Admitter{cfg: cfg, rejected: rejected}
+// New returns an admitter whose margin comes from acc (nil: no margin), counting rejections in
+// rejected (labels: reason; nil counts nothing).
+func New(cfg Config, acc *plan.Accuracy, rejected *prometheus.CounterVec) *Admitter {
+	return &Admitter{cfg: cfg, acc: acc, rejected: rejected}
+}
+
+// Margin is the factor projections are multiplied by (see the package doc).
+func (a *Admitter) Margin() float64 {
+	if a.acc == nil || !(a.cfg.MarginQuantile > 0) {
+		return 1
+	}
+	q, n := a.acc.Quantile(a.cfg.MarginQuantile)
+	if n < a.cfg.MinSamples || !(q > 0) {
+		return 1
+	}
+	return min(4, max(0.5, q))
 }
 
 // Admit returns nil when p may go ahead with budget seconds left to its deadline, else the
@@ -69,12 +90,13 @@ func (a *Admitter) Admit(p *plan.Plan, budget time.Duration) error {
 		return nil
 	}
 	allowed := a.cfg.Headroom * budget.Seconds()
-	busy := p.Finish()
+	m := a.Margin()
+	busy := m * p.Finish()
 	if busy <= allowed {
 		return nil
 	}
 	reason, retry := ReasonOverload, busy-allowed
-	if idle := p.IdleFinish(); idle > allowed {
+	if idle := m * p.IdleFinish(); idle > allowed {
 		reason, retry = ReasonDeadline, idle
 	}
 	if a.rejected != nil {

@@ -65,7 +65,7 @@ func TestAdmitReadsThePlansFinish(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rej := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rejected_total", Help: "x"}, []string{"reason"})
-			err := New(Config{Headroom: tt.headroom, MinSamples: 10}, rej).Admit(tt.plan, tt.budget)
+			err := New(Config{Headroom: tt.headroom, MinSamples: 10}, nil, rej).Admit(tt.plan, tt.budget)
 			if tt.wantReason == "" {
 				if err != nil {
 					t.Fatalf("Admit: %v, want admitted", err)
@@ -87,7 +87,30 @@ func TestAdmitReadsThePlansFinish(t *testing.T) {
 
 func TestAdmitDisabled(t *testing.T) {
 	p := planOf(100, bt{new(cluster.Node), 10, 10})
-	if err := New(Config{Disabled: true, Headroom: 1}, nil).Admit(p, time.Millisecond); err != nil {
+	if err := New(Config{Disabled: true, Headroom: 1}, nil, nil).Admit(p, time.Millisecond); err != nil {
 		t.Errorf("disabled admission rejected: %v", err)
+	}
+}
+
+// TestAdmitMarginFromMeasuredError: when batches have been answered later than projected, the
+// plan's finish is stretched by that measured error before it is compared with the budget.
+func TestAdmitMarginFromMeasuredError(t *testing.T) {
+	var acc plan.Accuracy
+	for range 32 {
+		acc.Add(1.5) // answered 1.5× later than projected
+	}
+	p := planOf(10, bt{new(cluster.Node), 0, 0.4})
+	if err := New(Config{Headroom: 1, MinSamples: 10}, &acc, nil).Admit(p, 500*time.Millisecond); err != nil {
+		t.Errorf("no margin configured: %v", err)
+	}
+	a := New(Config{Headroom: 1, MinSamples: 10, MarginQuantile: 0.9}, &acc, nil)
+	if m := a.Margin(); m != 1.5 {
+		t.Errorf("margin %v, want 1.5", m)
+	}
+	if err := a.Admit(p, 500*time.Millisecond); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("0.4 s projected × 1.5 measured error in a 0.5 s budget: %v, want rejected", err)
+	}
+	if err := a.Admit(p, 700*time.Millisecond); err != nil {
+		t.Errorf("0.6 s in 0.7 s: %v", err)
 	}
 }

@@ -43,6 +43,8 @@ type Config struct {
 	DNSInterval time.Duration
 	// Breaker configures every node's circuit breaker.
 	Breaker BreakerConfig
+	// Outlier configures outlier detection.
+	Outlier OutlierConfig
 	// Prior is every node's starting cost model; Forgetting the learner's factor in (0, 1].
 	Prior      costmodel.Coeffs
 	Forgetting float64
@@ -71,6 +73,8 @@ type Cluster struct {
 	dnsAddrs  []string       // guarded by membersMu
 	gone      []*Node        // nodes that left with calls in flight, guarded by membersMu (Close closes their conns)
 	watchers  sync.WaitGroup // every node's health watch, so Close can wait for them
+
+	ejectMu sync.Mutex // serialises ejections, so the share of ejected nodes holds
 
 	changedMu sync.Mutex
 	changed   chan struct{} // closed and replaced on every health or membership change
@@ -158,28 +162,32 @@ func (c *Cluster) notify() {
 // Snapshot is the current membership, sorted by address. Immutable: do not modify.
 func (c *Cluster) Snapshot() []*Node { return *c.members.Load() }
 
-// Eligible lists the nodes a batch may go to: healthy, breaker not open, not in exclude.
+// Eligible lists the nodes a batch may go to: healthy, breaker not open, not ejected as an
+// outlier, not in exclude.
 func (c *Cluster) Eligible(exclude []*Node) []*Node {
 	var out []*Node
+	now := time.Now()
 	for _, n := range c.Snapshot() {
-		if n.healthy.Load() && n.breaker.State() != gobreaker.StateOpen && !slices.Contains(exclude, n) {
+		if n.healthy.Load() && n.breaker.State() != gobreaker.StateOpen && !n.Ejected(now) && !slices.Contains(exclude, n) {
 			out = append(out, n)
 		}
 	}
 	return out
 }
 
-// Fallback is what keeps breakers from removing every node: when no healthy node has a closed
-// breaker (each is open, or half-open with its probes possibly all out, so that none may take
-// the batch), it returns the healthy node (not in exclude) whose last failure is oldest — the
-// one most likely to have recovered. Otherwise (some breaker is closed) it returns nothing.
+// Fallback is what keeps breakers and outlier ejection from removing every node: when no
+// healthy, non-ejected node has a closed breaker (each is open, or half-open with its probes
+// possibly all out, so that none may take the batch), it returns the healthy node (not in
+// exclude) whose last failure is oldest — the one most likely to have recovered. Otherwise (some
+// breaker is closed) it returns nothing.
 func (c *Cluster) Fallback(exclude []*Node) []*Node {
 	var best *Node
+	now := time.Now()
 	for _, n := range c.Snapshot() {
 		if !n.healthy.Load() {
 			continue
 		}
-		if n.breaker.State() == gobreaker.StateClosed {
+		if n.breaker.State() == gobreaker.StateClosed && !n.Ejected(now) {
 			return nil // that breaker lets traffic through
 		}
 		if slices.Contains(exclude, n) {
@@ -210,6 +218,12 @@ type NodeStatus struct {
 	Samples    int64   `json:"samples"`
 	Batches    int64   `json:"batches"`
 	Errors     int64   `json:"errors"`
+	// Slow counts slow outcomes (outlier detection); Ejected whether the node is ejected now,
+	// EjectedSeconds for how much longer, Ejections how many times it was.
+	Slow           int64   `json:"slow"`
+	Ejected        bool    `json:"ejected"`
+	EjectedSeconds float64 `json:"ejected_seconds,omitempty"`
+	Ejections      int32   `json:"ejections"`
 }
 
 // Status reports every node's state, sorted by address.
@@ -228,6 +242,10 @@ func (c *Cluster) Status() []NodeStatus {
 			Samples:             n.samples.Load(),
 			Batches:             n.batches.Load(),
 			Errors:              n.errors.Load(),
+			Slow:                n.slowTotal.Load(),
+			Ejected:             n.Ejected(now),
+			EjectedSeconds:      max(0, time.Unix(0, n.ejectedUntil.Load()).Sub(now).Seconds()),
+			Ejections:           n.ejections.Load(),
 		})
 	}
 	return out

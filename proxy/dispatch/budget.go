@@ -2,9 +2,7 @@ package dispatch
 
 import (
 	"math"
-	"slices"
 	"sync"
-	"sync/atomic"
 )
 
 // retryBudget is a token bucket: every batch deposits ratio tokens (up to burst), a retry or
@@ -34,42 +32,4 @@ func (b *retryBudget) take() bool {
 	}
 	b.tokens--
 	return true
-}
-
-// latencyTracker keeps the last 256 (batch latency ÷ expected completion) ratios and their
-// quantile q, recomputed every 16 samples so that reads are one atomic load.
-type latencyTracker struct {
-	q     float64
-	mu    sync.Mutex
-	ring  [256]float64
-	next  int
-	count int
-	cur   atomic.Uint64 // float64 bits of the current quantile
-	n     atomic.Int64
-}
-
-func newLatencyTracker(q float64) *latencyTracker { return &latencyTracker{q: q} }
-
-func (t *latencyTracker) add(ratio float64) {
-	if !(ratio >= 0) || math.IsInf(ratio, 0) {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.ring[t.next] = ratio
-	t.next = (t.next + 1) % len(t.ring)
-	t.count++
-	if t.count%16 != 0 && t.count > 16 {
-		return
-	}
-	k := min(t.count, len(t.ring))
-	s := slices.Clone(t.ring[:k])
-	slices.Sort(s)
-	t.cur.Store(math.Float64bits(s[max(0, int(math.Ceil(t.q*float64(k)))-1)])) // nearest rank
-	t.n.Store(int64(t.count))
-}
-
-// quantile returns the current quantile and how many samples were seen.
-func (t *latencyTracker) quantile() (float64, int) {
-	return math.Float64frombits(t.cur.Load()), int(t.n.Load())
 }

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,6 +52,10 @@ type Config struct {
 	HedgeQuantile   float64
 	HedgeMinDelay   time.Duration
 	HedgeMinSamples int
+	// SlowFactor and SlowMin: a call still unanswered after max(SlowFactor × its projected
+	// finish, SlowMin) is slow (see the package doc). SlowFactor 0 turns slow detection off.
+	SlowFactor float64
+	SlowMin    time.Duration
 }
 
 // Metrics are what dispatch records; nil fields record nothing.
@@ -73,14 +78,14 @@ type Dispatcher struct {
 	cluster *cluster.Cluster
 	placer  *plan.Placer
 	budget  *retryBudget
-	hedge   *latencyTracker
+	acc     *plan.Accuracy
 	m       Metrics
 }
 
-// New builds a dispatcher over c's nodes, placing retries and hedges with placer.
-func New(cfg Config, c *cluster.Cluster, placer *plan.Placer, m Metrics) *Dispatcher {
-	return &Dispatcher{cfg: cfg, cluster: c, placer: placer, budget: newRetryBudget(cfg.BudgetRatio, cfg.BudgetBurst),
-		hedge: newLatencyTracker(cfg.HedgeQuantile), m: m}
+// New builds a dispatcher over c's nodes, placing retries and hedges with placer and recording
+// every answered batch's latency ÷ projected finish in acc.
+func New(cfg Config, c *cluster.Cluster, placer *plan.Placer, acc *plan.Accuracy, m Metrics) *Dispatcher {
+	return &Dispatcher{cfg: cfg, cluster: c, placer: placer, budget: newRetryBudget(cfg.BudgetRatio, cfg.BudgetBurst), acc: acc, m: m}
 }
 
 // BudgetTokens is the retry budget's current balance.
@@ -121,14 +126,8 @@ func (d *Dispatcher) runBatch(ctx context.Context, b *plan.Batch, first *plan.Le
 	var tried []*cluster.Node
 	var res Result
 	for attempt := range 2 {
-		if attempt == 1 {
-			if d.cfg.RetryDisabled || !retryable(ctx, res.Err) {
-				break
-			}
-			dl, _ := ctx.Deadline()
-			if time.Until(dl).Seconds() < cluster.MeanCoeffs(d.cluster.Eligible(tried)).Seconds(b.Features) {
-				break // not enough time left for the work itself
-			}
+		if attempt == 1 && (d.cfg.RetryDisabled || !retryable(ctx, res.Err)) {
+			break
 		}
 		l := first
 		first = nil
@@ -142,8 +141,10 @@ func (d *Dispatcher) runBatch(ctx context.Context, b *plan.Batch, first *plan.Le
 			break
 		}
 		if attempt == 1 {
-			// The budget is spent only on a retry that really goes out.
-			if !d.budget.take() {
+			// A retry goes out only where its placement says it can finish before the deadline,
+			// and only then spends the budget: a retry that cannot succeed would take the token
+			// the next batch lost to a real crash needs.
+			if !fitsDeadline(ctx, l) || !d.budget.take() {
 				l.Release()
 				break
 			}
@@ -174,16 +175,11 @@ func retryable(ctx context.Context, err error) bool {
 	return true
 }
 
-// attempt runs the batch on its lease and, with hedging on, on a second node if the first
-// straggles; the first answer wins and the other call is cancelled. It returns only after every
-// call it started has returned, so nothing outlives the request.
+// attempt runs the batch on its lease and, if the first call straggles, on a second node: a hedge
+// after the hedging delay (when enabled), or a rescue once the call is slow. The first answer
+// wins and the other call is cancelled. It returns only after every call it started has
+// returned, so nothing outlives the request.
 func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, tried *[]*cluster.Node) (*relevancev1.ScoreBatchResponse, int, error) {
-	delay, ok := d.hedgeDelay(ctx, l.Finish)
-	if !ok {
-		resp, err := d.call(ctx, l, b)
-		return resp, 0, err
-	}
-
 	type result struct {
 		resp  *relevancev1.ScoreBatchResponse
 		err   error
@@ -192,28 +188,47 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 	ch := make(chan result, 2)
 	c1, cancel1 := context.WithCancel(ctx)
 	defer cancel1()
+	var slow1 atomic.Bool // the first call was counted slow
 	go func() {
-		r, e := d.call(c1, l, b)
+		r, e := d.call(c1, l, b, &slow1)
 		ch <- result{r, e, false}
 	}()
-	timer := time.NewTimer(delay)
-	defer timer.Stop()
-	select {
-	case r := <-ch:
-		return r.resp, 0, r.err
-	case <-timer.C:
+	var hedgeC, stuckC <-chan time.Time
+	if delay, ok := d.hedgeDelay(ctx, l.Finish); ok {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		hedgeC = t.C
 	}
-	l2 := d.placeHedge(*tried, b, l.Finish)
-	if l2 == nil {
-		r := <-ch
-		return r.resp, 0, r.err
+	if delay, ok := d.slowAfter(l.Finish); ok {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		stuckC = t.C
+	}
+	var l2 *plan.Lease
+	for l2 == nil {
+		select {
+		case r := <-ch:
+			return r.resp, 0, r.err
+		case <-hedgeC:
+			hedgeC = nil
+			l2 = d.placeHedge(ctx, *tried, b, l.Finish)
+		case <-stuckC:
+			// Slow: evidence against the node now, before the call ends, and a rescue on
+			// another node while the deadline allows.
+			stuckC = nil
+			if slow1.CompareAndSwap(false, true) {
+				d.cluster.ReportSlow(l.Node, time.Now())
+			}
+			l2 = d.placeRescue(ctx, *tried, b)
+		}
 	}
 	*tried = append(*tried, l2.Node)
 	inc(d.m.Hedges)
 	c2, cancel2 := context.WithCancel(ctx)
 	defer cancel2()
+	var slow2 atomic.Bool
 	go func() {
-		r, e := d.call(c2, l2, b)
+		r, e := d.call(c2, l2, b, &slow2)
 		ch <- result{r, e, true}
 	}()
 	win := <-ch
@@ -231,19 +246,47 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 	return win.resp, 1, win.err
 }
 
+// fitsDeadline reports whether a lease's projected finish comes before ctx's deadline.
+func fitsDeadline(ctx context.Context, l *plan.Lease) bool {
+	dl, ok := ctx.Deadline()
+	return !ok || time.Until(dl).Seconds() >= l.Finish
+}
+
 // placeHedge places a hedge of b through the placer, keeping it only if the chosen node has less
-// work ahead than the straggler was expected to take (expected seconds) and the retry budget
-// allows.
-func (d *Dispatcher) placeHedge(exclude []*cluster.Node, b *plan.Batch, expected float64) *plan.Lease {
+// work ahead than the straggler was expected to take (expected seconds), it can finish before the
+// deadline, and the retry budget allows.
+func (d *Dispatcher) placeHedge(ctx context.Context, exclude []*cluster.Node, b *plan.Batch, expected float64) *plan.Lease {
 	l := d.placer.Place(b.Features, exclude)
 	if l == nil {
 		return nil
 	}
-	if l.Start >= expected || !d.budget.take() {
+	if l.Start >= expected || !fitsDeadline(ctx, l) || !d.budget.take() {
 		l.Release()
 		return nil
 	}
 	return l
+}
+
+// placeRescue places a second copy of a slow batch through the placer, if it can finish before
+// the deadline and the retry budget allows.
+func (d *Dispatcher) placeRescue(ctx context.Context, exclude []*cluster.Node, b *plan.Batch) *plan.Lease {
+	l := d.placer.Place(b.Features, exclude)
+	if l == nil {
+		return nil
+	}
+	if !fitsDeadline(ctx, l) || !d.budget.take() {
+		l.Release()
+		return nil
+	}
+	return l
+}
+
+// slowAfter is when a call expected to finish in expected seconds becomes slow.
+func (d *Dispatcher) slowAfter(expected float64) (time.Duration, bool) {
+	if !(d.cfg.SlowFactor > 0) {
+		return 0, false
+	}
+	return max(time.Duration(d.cfg.SlowFactor*expected*float64(time.Second)), d.cfg.SlowMin), true
 }
 
 // hedgeDelay is how long to wait before hedging a batch expected to finish in expected seconds:
@@ -252,7 +295,7 @@ func (d *Dispatcher) hedgeDelay(ctx context.Context, expected float64) (time.Dur
 	if !d.cfg.Hedge {
 		return 0, false
 	}
-	q, n := d.hedge.quantile()
+	q, n := d.acc.Quantile(d.cfg.HedgeQuantile)
 	if n < d.cfg.HedgeMinSamples {
 		return 0, false
 	}
@@ -264,8 +307,9 @@ func (d *Dispatcher) hedgeDelay(ctx context.Context, expected float64) (time.Dur
 }
 
 // call runs one ScoreBatch on the lease's node, then settles the lease's charge, reports the
-// outcome to the breaker, and learns from a success.
-func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch) (*relevancev1.ScoreBatchResponse, error) {
+// outcome to the breaker and to outlier detection, and learns from a success. slow is set once
+// the call has been counted slow (by attempt's timer, or here), so it is counted once.
+func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slow *atomic.Bool) (*relevancev1.ScoreBatchResponse, error) {
 	n := l.Node
 	t0 := time.Now()
 	resp, err := n.Client().ScoreBatch(ctx, b.Req)
@@ -279,13 +323,14 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch) (*r
 		l.Done(verdict)
 	}
 	now := time.Now()
+	d.outlier(ctx, l, err, el, slow, now)
 	switch {
 	case err == nil:
 		n.Succeeded()
 		n.Observe(resp, now)
 		observe(d.m.BatchDuration, el.Seconds())
 		if l.Finish > 0 {
-			d.hedge.add(el.Seconds() / l.Finish)
+			d.acc.Add(el.Seconds() / l.Finish)
 		}
 		pred := l.Predicted
 		if resp.GetStats().GetPrefixCached() {
@@ -300,6 +345,28 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch) (*r
 	}
 	n.CallEnded()
 	return resp, err
+}
+
+// outlier reports a call's outcome to outlier detection: OK when it was answered and not counted
+// slow; slow when the node itself refused the batch for its deadline (its own estimate says it
+// cannot do what the plan projected) or the request's deadline passed with the call running
+// beyond its projected finish. Cancellations and other failures are the breaker's.
+func (d *Dispatcher) outlier(ctx context.Context, l *plan.Lease, err error, el time.Duration, slow *atomic.Bool, now time.Time) {
+	switch {
+	case err == nil:
+		if !slow.Load() {
+			d.cluster.ReportOK(l.Node, now)
+		}
+	case status.Code(err) == codes.DeadlineExceeded && (ctx.Err() == nil || el.Seconds() > l.Finish+d.cfg.SlowMin.Seconds()):
+		if slow.CompareAndSwap(false, true) {
+			d.cluster.ReportSlow(l.Node, now)
+		}
+		// A miss is a lower bound on the batch's latency: it keeps the projections' error honest
+		// (only answered batches would bias it low).
+		if l.Finish > 0 {
+			d.acc.Add(el.Seconds() / l.Finish)
+		}
+	}
 }
 
 // checkReply rejects a reply that does not hold one score per item in batch order: merging it

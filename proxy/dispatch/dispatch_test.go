@@ -38,22 +38,6 @@ func TestRetryBudget(t *testing.T) {
 	}
 }
 
-func TestLatencyTracker(t *testing.T) {
-	lt := newLatencyTracker(0.9)
-	if _, n := lt.quantile(); n != 0 {
-		t.Fatalf("empty tracker has %d samples", n)
-	}
-	for i := range 100 {
-		lt.add(float64(100 - i)) // 100 down to 1
-	}
-	lt.add(-1) // ignored
-	// Published every 16 samples: the last publication saw 100..5, whose nearest-rank p90 is
-	// the 87th smallest of 96 values, 91.
-	if q, n := lt.quantile(); q != 91 || n != 96 {
-		t.Errorf("p90 = %v after %d samples, want 91 after 96", q, n)
-	}
-}
-
 func TestClassify(t *testing.T) {
 	live := context.Background()
 	cancelled, cancel := context.WithCancel(context.Background())

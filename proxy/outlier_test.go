@@ -1,0 +1,73 @@
+package proxy
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/internal/fakenode"
+)
+
+// outlierConfig is a cluster whose prior matches the fake nodes' true cost (~10 ms a batch).
+func outlierConfig(addrs []string, cost costmodel.Coeffs) Config {
+	cfg := testConfig(addrs)
+	cfg.Cost.Prior = cost
+	cfg.SLO = 2 * time.Second
+	cfg.Split.MaxBatchItems = 4
+	cfg.Outlier.SlowMin = 20 * time.Millisecond
+	cfg.Outlier.BaseEjection = 5 * time.Second // stays out for the rest of the test
+	return cfg
+}
+
+var fastCost = costmodel.Coeffs{A: 2e-5, C: 2e-3}
+
+// TestNodeRefusingDeadlinesIsEjected: a node that answers every batch with a fast
+// DEADLINE_EXCEEDED (its own estimate says it cannot make the deadline: a node far slower than
+// the proxy thinks) was a black hole — the breaker did not count it, the reply settled its load
+// to idle, and least-loaded picked it first again, until the retry budget ran dry and requests
+// failed. Now its refusals are slow outcomes: it is ejected, and no request fails.
+func TestNodeRefusingDeadlinesIsEjected(t *testing.T) {
+	nodes := startNodes(t, 2, fakenode.Options{Coeffs: fastCost})
+	bad := nodes[1]
+	bad.SetFailing(true, codes.DeadlineExceeded)
+	p, _ := startProxy(t, outlierConfig(nodes.Addrs(), fastCost))
+	for i := range 60 {
+		if _, err := p.Score(context.Background(), makeRequest(8, uint64(i))); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	if s := nodeStatus(t, p, bad.Addr()); !s.Ejected || s.Ejections < 1 {
+		t.Errorf("refusing node: %+v, want ejected", s)
+	}
+	if c := bad.Calls(); c > 10 {
+		t.Errorf("refusing node got %d calls in 60 requests, want it ejected after a few", c)
+	}
+}
+
+// TestStalledBatchIsRescued: a batch stuck on a stalled node is counted slow once it runs well
+// past its projected finish and is re-sent to another node while the deadline allows, so the
+// request is answered long before its deadline even with hedging off.
+func TestStalledBatchIsRescued(t *testing.T) {
+	nodes := startNodes(t, 2, fakenode.Options{Coeffs: fastCost})
+	stalled := nodes[1]
+	stalled.SetHang(true)
+	defer stalled.SetHang(false)
+	cfg := outlierConfig(nodes.Addrs(), fastCost)
+	cfg.Hedge.Enabled = false
+	p, _ := startProxy(t, cfg)
+	for i := range 5 {
+		start := time.Now()
+		if _, err := p.Score(context.Background(), makeRequest(8, uint64(i))); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if el := time.Since(start); el > time.Second {
+			t.Errorf("request %d took %v with a 2 s deadline: the stuck batch waited instead of being rescued", i, el)
+		}
+	}
+	if s := nodeStatus(t, p, stalled.Addr()); s.Slow == 0 {
+		t.Errorf("stalled node: %+v, want slow outcomes counted", s)
+	}
+}
