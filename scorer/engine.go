@@ -4,12 +4,19 @@
 // (package scorer/model) and the calibrated emulation (package scorer/emulated).
 //
 // Types here are plain data; an Engine implementation documents its own concurrency (the node
-// calls Forward from one goroutine at a time, Tokenize and EstimateSeconds from many).
+// calls Forward from one goroutine at a time, Tokenize and CostFeatures from many).
+//
+// Cost: an engine says what work a pass is (CostFeatures before it, ForwardStats.Features after)
+// and where its speed comes from (CostPrior); the node turns work into seconds with the
+// coefficients it learns from every pass (package costmodel), so the deadline check, the load a
+// node reports and its merge decision all read one model, whichever the engine.
 package scorer
 
 import (
 	"context"
 	"time"
+
+	"github.com/relevance-scoring/relevance/costmodel"
 )
 
 // Group is one query's shared prompt prefix and the items that continue it. The node builds one
@@ -62,6 +69,27 @@ type ForwardStats struct {
 	MoEVariants map[string]int
 	// MoEPaddingRatio is the mean padding ratio over the pass's MoE layers (0 when dense).
 	MoEPaddingRatio float64
+	// Features is the work the pass did in the cost model's terms: the sum of its groups'
+	// costmodel.BatchFeatures, each distinct prefix counted once and not at all when it came from
+	// the prefix cache. The node learns its speed from (Features, Duration).
+	Features costmodel.Features
+}
+
+// Where an engine's starting cost coefficients come from (CostPrior.Source).
+const (
+	// CostSourceProfile: a cost profile measured on the real engine (the emulated engine sleeps by it).
+	CostSourceProfile = "profile"
+	// CostSourceConfig: coefficients given in the node's configuration.
+	CostSourceConfig = "config"
+	// CostSourceShape: a guess from the model's shape; the node replaces it by timing passes of
+	// its own at start-up unless calibration is disabled.
+	CostSourceShape = "shape"
+)
+
+// CostPrior is an engine's cost model before the node has measured anything.
+type CostPrior struct {
+	Coeffs costmodel.Coeffs
+	Source string // CostSourceProfile, CostSourceConfig or CostSourceShape
 }
 
 // Info describes an engine for /v1/status and metrics.
@@ -82,8 +110,12 @@ type Engine interface {
 	// Forward scores every item of every group in one pass and fills the groups' outputs. It stops
 	// early with ctx's error when ctx is done. The node calls it from one goroutine at a time.
 	Forward(ctx context.Context, groups []*Group) (ForwardStats, error)
-	// EstimateSeconds predicts Forward's duration for the given groups (used for load reporting
-	// and early deadline checks). Safe for concurrent use, also while Forward runs.
-	EstimateSeconds(groups []*Group) float64
+	// CostFeatures is the work Forward would do for the groups if it ran now: each group's
+	// prefix (unless it is published in the prefix cache or repeats an earlier group's prefix),
+	// its items, and one batch each. The node prices it with its learned coefficients for load
+	// reporting, deadline checks and merging. Safe for concurrent use, also while Forward runs.
+	CostFeatures(groups []*Group) costmodel.Features
+	// CostPrior is where the node's cost model starts.
+	CostPrior() CostPrior
 	Info() Info
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/relevance-scoring/relevance/internal/cli"
 	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/internal/cli"
 	"github.com/relevance-scoring/relevance/scorer"
 	"github.com/relevance-scoring/relevance/scorer/emulated"
 	"github.com/relevance-scoring/relevance/scorer/model"
@@ -88,6 +88,7 @@ func serveConfig(args []string) (node.Config, error) {
 	moePolicy := fs.String("moe-policy", "", "MoE kernel policy: threshold, auto or fixed:<blockM>")
 	bf16Matmul := fs.String("bf16-matmul", "", "how bf16 weights are multiplied: auto (AMX at f32 accuracy where available), widen or bf16 (bf16 dot products)")
 	prefixCache := fs.Int64("prefix-cache-bytes", 0, "cross-request prefix cache budget in bytes (0 disables)")
+	calBudget := fs.Duration("calibration-budget", 0, "time for timing passes of the model at start-up, when no cost is configured (default 3s; 0 disables)")
 	if err := fs.Parse(args); err != nil {
 		return node.Config{}, err
 	}
@@ -123,6 +124,8 @@ func serveConfig(args []string) (node.Config, error) {
 			cfg.BF16Matmul = *bf16Matmul
 		case "prefix-cache-bytes":
 			cfg.PrefixCacheBytes = *prefixCache
+		case "calibration-budget":
+			cfg.CalibrationBudget = *calBudget
 		}
 	})
 	if err := cfg.Validate(); err != nil {
@@ -172,6 +175,7 @@ func engineLoader(cfg node.Config, reg prometheus.Registerer, log *slog.Logger) 
 				BF16Matmul:       cfg.BF16Matmul,
 				PrefixCacheBytes: cfg.PrefixCacheBytes,
 				Registerer:       reg,
+				Cost:             cfg.Cost,
 			})
 			ch <- result{e, err}
 		}()

@@ -13,7 +13,10 @@
 // rules (visible to other passes only after the pass that computed them succeeds), so the
 // emulated time drops when a query repeats.
 //
-// An Engine is safe for concurrent use: Tokenize and EstimateSeconds from many goroutines,
+// Its CostPrior is the profile, so a node over it starts from the right speed and its learned
+// model has the profile's coefficients to find (tests of learning use this).
+//
+// An Engine is safe for concurrent use: Tokenize and CostFeatures from many goroutines,
 // Forward from one at a time (more are allowed; they just sleep in parallel).
 package emulated
 
@@ -189,9 +192,9 @@ func itemLens(g *scorer.Group) []int {
 	return lens
 }
 
-// EstimateSeconds implements scorer.Engine: the profile's prediction without noise, counting a
-// prefix as reused when it is published in the cache or repeats within groups.
-func (e *Engine) EstimateSeconds(groups []*scorer.Group) float64 {
+// CostFeatures implements scorer.Engine: a prefix counts as reused when it is published in the
+// cache or repeats within groups.
+func (e *Engine) CostFeatures(groups []*scorer.Group) costmodel.Features {
 	var f costmodel.Features
 	seen := make(map[prefixcache.Key]bool, len(groups))
 	for _, g := range groups {
@@ -200,7 +203,17 @@ func (e *Engine) EstimateSeconds(groups []*scorer.Group) float64 {
 		seen[k] = true
 		f = f.Add(costmodel.BatchFeatures(len(g.Prefix), itemLens(g), reused))
 	}
-	return e.prof.Seconds(f)
+	return f
+}
+
+// CostPrior implements scorer.Engine: the profile the engine sleeps by.
+func (e *Engine) CostPrior() scorer.CostPrior {
+	return scorer.CostPrior{Coeffs: e.prof.Coeffs, Source: scorer.CostSourceProfile}
+}
+
+// EstimateSeconds is the profile's prediction without noise for CostFeatures(groups).
+func (e *Engine) EstimateSeconds(groups []*scorer.Group) float64 {
+	return e.prof.Seconds(e.CostFeatures(groups))
 }
 
 // noise draws the multiplicative log-normal factor exp(σ·Z); its median is 1.
@@ -278,6 +291,7 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 		}
 	}
 	st.Duration = d
+	st.Features = f
 	return st, nil
 }
 

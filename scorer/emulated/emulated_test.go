@@ -111,6 +111,8 @@ func TestForwardSleepsForPredictedTime(t *testing.T) {
 		Duration:     st.Duration,
 		PrefixTokens: len(g1.Prefix) + len(g2.Prefix),
 		ItemTokens:   g1.ItemTokens() + g2.ItemTokens(),
+		Features: costmodel.BatchFeatures(len(g1.Prefix), itemLens(g1), false).
+			Add(costmodel.BatchFeatures(len(g2.Prefix), itemLens(g2), false)),
 	}
 	if diff := cmp.Diff(wantStats, st); diff != "" {
 		t.Errorf("stats (-want +got):\n%s", diff)

@@ -6,7 +6,7 @@
 // The architecture code is in scorer/model/qwen, the checkpoint reader in
 // scorer/model/safetensors, the prompt in scorer/prompt. An Engine implements scorer.Engine:
 // Tokenize is safe for concurrent use; Forward must be called from one goroutine at a time (it
-// uses every core through the kernels); EstimateSeconds and PrefixCacheStats are safe for
+// uses every core through the kernels); CostFeatures, EstimateSeconds and PrefixCacheStats are safe for
 // concurrent use, also while Forward runs.
 package model
 
@@ -62,8 +62,9 @@ type Options struct {
 	// Registerer receives the prefix cache's metrics (relevance_scorer_prefix_cache_*); nil
 	// registers none.
 	Registerer prometheus.Registerer
-	// Cost overrides the EstimateSeconds coefficients; zero means the built-in estimate from
-	// the model's shape (see EstimateSeconds).
+	// Cost is the engine's cost prior (CostPrior), measured elsewhere (`bench calibrate`); zero
+	// means a guess from the model's shape (see shapeCost), which a node replaces at start-up by
+	// timing passes of its own.
 	Cost costmodel.Coeffs
 }
 
@@ -76,7 +77,7 @@ type Engine struct {
 	ckpt    *safetensors.Checkpoint
 	builder *prompt.Builder
 	info    scorer.Info
-	cost    costmodel.Coeffs
+	prior   scorer.CostPrior
 	// cache holds finished prefix KV (*qwen.PrefixKV) across passes; nil when disabled.
 	cache *prefixcache.Cache
 	// identity names the weights in cache keys: the model name and a fingerprint of config.json
@@ -169,13 +170,16 @@ func Load(dir string, opt Options) (*Engine, error) {
 			Model: name, Architecture: cfg.Arch(), DType: m.DType, Kernels: kernels.Implementation(),
 			MaxTokens: maxTokens,
 		},
-		cost: opt.Cost,
+		prior: scorer.CostPrior{Coeffs: opt.Cost, Source: scorer.CostSourceConfig},
 	}
 	if cfg.NumExperts > 0 {
 		e.info.MoEPolicy = policy.String()
 	}
-	if e.cost == (costmodel.Coeffs{}) {
-		e.cost = shapeCost(cfg, kernels.Threads())
+	if opt.Cost == (costmodel.Coeffs{}) {
+		e.prior = scorer.CostPrior{Coeffs: shapeCost(cfg, kernels.Threads()), Source: scorer.CostSourceShape}
+	} else if err := opt.Cost.Validate(); err != nil {
+		ck.Close()
+		return nil, fmt.Errorf("load model: %w", err)
 	}
 	if opt.PrefixCacheBytes > 0 {
 		id, err := modelIdentity(dir, name, ck)
@@ -295,6 +299,13 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 	}
 	stats.PrefixReused -= st.PrefixTokens
 	stats.ItemTokens = st.ItemTokens
+	// The pass's work: qwen.Forward computes each distinct uncached prefix once.
+	seen := make(map[prefixcache.Key]bool, len(groups))
+	for _, g := range groups {
+		k := prefixcache.KeyOf(e.identity, g.Prefix)
+		stats.Features = stats.Features.Add(groupFeatures(g, g.PrefixCached || seen[k] || len(g.Prefix) == 0))
+		seen[k] = true
+	}
 	if st.MoECalls > 0 {
 		stats.MoEVariants = st.MoEVariants
 		stats.MoEPaddingRatio = st.MoEPaddingSum / float64(st.MoECalls)
@@ -302,31 +313,43 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 	return stats, nil
 }
 
-// EstimateSeconds predicts Forward's time for the groups with the cost model
-// a·tokens + b·pairs + c·batches (internal/costmodel). Unless Options.Cost gives measured
-// coefficients, they come from the model's shape (see shapeCost): a crude estimate for load
-// reporting, to be replaced by `bench calibrate`.
-func (e *Engine) EstimateSeconds(groups []*scorer.Group) float64 {
+// CostFeatures is the work Forward would do for the groups now (scorer.Engine): a prefix is not
+// computed when it is published in the prefix cache or repeats an earlier group of the same pass.
+// Safe for concurrent use, also while Forward runs.
+func (e *Engine) CostFeatures(groups []*scorer.Group) costmodel.Features {
 	var f costmodel.Features
 	seen := make(map[prefixcache.Key]bool, len(groups))
 	for _, g := range groups {
-		items := make([]int, 0, len(g.Items))
-		for j, it := range g.Items {
-			if len(g.TooLong) == 0 || !g.TooLong[j] {
-				items = append(items, len(it))
-			}
-		}
-		// A prefix is not computed again when it is published in the cache or repeats an
-		// earlier group of the same pass.
 		cached := false
 		if len(g.Prefix) > 0 {
 			k := prefixcache.KeyOf(e.identity, g.Prefix)
 			cached = seen[k] || (e.cache != nil && e.cache.Contains(k))
 			seen[k] = true
 		}
-		f = f.Add(costmodel.BatchFeatures(len(g.Prefix), items, cached))
+		f = f.Add(groupFeatures(g, cached))
 	}
-	return e.cost.Seconds(f)
+	return f
+}
+
+// groupFeatures is one group's work: its prefix unless cached, its scorable items, one batch.
+func groupFeatures(g *scorer.Group, prefixCached bool) costmodel.Features {
+	items := make([]int, 0, len(g.Items))
+	for j, it := range g.Items {
+		if len(g.TooLong) == 0 || !g.TooLong[j] {
+			items = append(items, len(it))
+		}
+	}
+	return costmodel.BatchFeatures(len(g.Prefix), items, prefixCached)
+}
+
+// CostPrior is the engine's starting cost model (scorer.Engine): Options.Cost when given, else
+// the guess from the model's shape (see shapeCost), which a node replaces by timing passes.
+func (e *Engine) CostPrior() scorer.CostPrior { return e.prior }
+
+// EstimateSeconds is CostPrior's prediction for CostFeatures(groups): the engine's own estimate,
+// before any measurement (a serving node prices work with the coefficients it learns instead).
+func (e *Engine) EstimateSeconds(groups []*scorer.Group) float64 {
+	return e.prior.Coeffs.Seconds(e.CostFeatures(groups))
 }
 
 // shapeCost derives cost coefficients from the model's shape:
@@ -338,8 +361,8 @@ func (e *Engine) EstimateSeconds(groups []*scorer.Group) float64 {
 // with the rates per kernel thread. The rates are crude fits of BenchmarkForward on the small
 // presets (qwen3 and qwen3_moe, 2 threads, AVX-512 kernels, a shared machine at load ≈ 3): the
 // estimate lands within ~10% of the median there; the grouped expert GEMM sustains far less than
-// the dense one on routed rows. Nodes should replace them with a measured
-// profile (`bench calibrate`, Options.Cost).
+// the dense one on routed rows. It is only a cold-start guess: a node times passes of its own at
+// start-up and learns from every pass (scorer/node), unless Options.Cost gives measured values.
 func shapeCost(c *qwen.Config, threads int) costmodel.Coeffs {
 	const (
 		denseRate  = 75e9 // flop/s per thread

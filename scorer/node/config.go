@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/relevance-scoring/relevance/kernels"
 	"io"
 	"net"
 	"os"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/kernels"
 )
 
 // Engine kinds for Config.Engine.
@@ -65,23 +67,37 @@ type Config struct {
 	// MaxRequestBytes is gRPC's maximum received message size in bytes; 0 means derived from
 	// MaxItems × MaxItemBytes plus 1 MiB of headroom.
 	MaxRequestBytes int `yaml:"max_request_bytes"`
+	// Cost is the real engine's cost coefficients (a s/token, b s/attended pair, c s/batch),
+	// measured elsewhere (`bench calibrate`); the node starts from them instead of timing passes
+	// at start-up, then learns from every pass. All zero means none. The emulated engine starts
+	// from its cost_profile, so Cost is an error there.
+	Cost costmodel.Coeffs `yaml:"cost"`
+	// Calibrate makes a node whose engine has only a guess of its speed (the real engine without
+	// Cost) time forward passes of its own model on synthetic prompts after loading it, before it
+	// reports ready, and start its learned cost model from that fit. false keeps the guess.
+	Calibrate bool `yaml:"calibrate"`
+	// CalibrationBudget bounds the start-up calibration's time; 0 disables it (like Calibrate
+	// false). A pass that would not finish within it is not started.
+	CalibrationBudget time.Duration `yaml:"calibration_budget"`
 }
 
 // Default returns the defaults every field starts from.
 func Default() Config {
 	return Config{
-		GRPCAddr:         "127.0.0.1:7070",
-		HTTPAddr:         "127.0.0.1:7071",
-		Engine:           EngineReal,
-		MaxTokens:        0,
-		MaxItemBytes:     64 << 10,
-		MaxItems:         1024,
-		MaxBatchTokens:   8192,
-		MaxQueueBatches:  256,
-		MoEPolicy:        "auto",
-		BF16Matmul:       kernels.BF16MatmulAuto,
-		PrefixCacheBytes: 256 << 20,
-		DrainTimeout:     30 * time.Second,
+		GRPCAddr:          "127.0.0.1:7070",
+		HTTPAddr:          "127.0.0.1:7071",
+		Engine:            EngineReal,
+		MaxTokens:         0,
+		MaxItemBytes:      64 << 10,
+		MaxItems:          1024,
+		MaxBatchTokens:    8192,
+		MaxQueueBatches:   256,
+		MoEPolicy:         "auto",
+		BF16Matmul:        kernels.BF16MatmulAuto,
+		PrefixCacheBytes:  256 << 20,
+		DrainTimeout:      30 * time.Second,
+		Calibrate:         true,
+		CalibrationBudget: 3 * time.Second,
 	}
 }
 
@@ -146,6 +162,7 @@ func (c *Config) Validate() error {
 		{"prefix_cache_bytes", c.PrefixCacheBytes, 0},
 		{"drain_timeout", int64(c.DrainTimeout), 0},
 		{"max_request_bytes", int64(c.MaxRequestBytes), 0},
+		{"calibration_budget", int64(c.CalibrationBudget), 0},
 	} {
 		if f.v < f.min {
 			return fmt.Errorf("scorer.%s: must be ≥ %d, got %d", f.name, f.min, f.v)
@@ -158,6 +175,12 @@ func (c *Config) Validate() error {
 	}
 	if err := kernels.CheckBF16Matmul(c.BF16Matmul); err != nil {
 		return fmt.Errorf("scorer.bf16_matmul: %w", err)
+	}
+	if err := c.Cost.Validate(); err != nil {
+		return fmt.Errorf("scorer.cost: %w", err)
+	}
+	if c.Engine == EngineEmulated && c.Cost != (costmodel.Coeffs{}) {
+		return fmt.Errorf("scorer.cost: the emulated engine starts from cost_profile; got cost %+v too", c.Cost)
 	}
 	return nil
 }

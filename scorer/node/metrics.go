@@ -14,6 +14,7 @@ type metrics struct {
 	batchDuration  prometheus.Histogram
 	queueWait      prometheus.Histogram
 	forwardSeconds prometheus.Histogram
+	estimateRatio  prometheus.Histogram
 	tokens         *prometheus.CounterVec
 	forwardPasses  prometheus.Counter
 	merged         prometheus.Histogram
@@ -53,6 +54,12 @@ func newMetrics(reg prometheus.Registerer, s *scheduler) (*metrics, error) {
 			Name:    "relevance_scorer_forward_duration_seconds",
 			Help:    "Wall time of one forward pass (possibly several merged batches).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
+		}),
+		// Log-spaced around 1, a quarter-octave apart: 0.25 (4× too fast) … 4 (4× too slow).
+		estimateRatio: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "relevance_scorer_estimate_ratio",
+			Help:    "Estimated ÷ measured seconds of each forward pass: the node's cost model error (1 is exact; above 1 it thought itself slower than it is).",
+			Buckets: prometheus.ExponentialBucketsRange(0.25, 4, 17),
 		}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "relevance_scorer_tokens_total",
@@ -113,7 +120,7 @@ func newMetrics(reg prometheus.Registerer, s *scheduler) (*metrics, error) {
 		m.requests.WithLabelValues(c.String())
 	}
 	for _, col := range []prometheus.Collector{
-		m.batchDuration, m.queueWait, m.forwardSeconds, m.tokens, m.forwardPasses, m.merged, m.errors,
+		m.batchDuration, m.queueWait, m.forwardSeconds, m.estimateRatio, m.tokens, m.forwardPasses, m.merged, m.errors,
 		m.requests, m.moeBlockM, m.moePadding, m.info, m.ready, queueDepth, queuedCost, inflight,
 	} {
 		if err := reg.Register(col); err != nil {

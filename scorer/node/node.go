@@ -9,6 +9,15 @@
 // servers stop. A call accepted before the drain began (still tokenizing) counts as in-flight
 // work and finishes.
 //
+// The node knows its own speed: a cost model (package costmodel: seconds ≈ a·tokens + b·pairs +
+// c·batches) that starts from the engine's prior — a measured profile or configured
+// coefficients — or, when the engine only has a guess from its model's shape, from forward
+// passes timed after the load and before the node reports ready (Config.Calibrate,
+// Config.CalibrationBudget), and that learns from every pass it runs. It prices the early
+// deadline check, the merge decision, the queued and running cost of every reply's NodeLoad
+// (which also carries the coefficients) and /v1/status; relevance_scorer_estimate_ratio shows
+// its error.
+//
 // An engine panic never kills the process: in a call's tokenizing it fails that call with
 // INTERNAL; in a forward pass it fails the pass with INTERNAL and takes the node out of service
 // for good (queued and later calls UNAVAILABLE, /healthz and /readyz 503, health NOT_SERVING,
@@ -43,6 +52,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/internal/grpcutf8"
 	pb "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/scorer"
@@ -217,11 +227,15 @@ func (n *Node) runLoad(ctx context.Context) {
 	defer close(n.loaded)
 	start := time.Now()
 	eng, err := n.load(ctx)
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	if err == nil && eng == nil {
 		err = errors.New("engine loader returned no engine")
 	}
+	var cost *costModel
+	if err == nil {
+		cost, err = n.startCostModel(ctx, eng)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	if err != nil {
 		n.loadErr = fmt.Errorf("load engine: %w", err)
 		n.log.Error("engine load failed", "node_id", n.nodeID, "err", err)
@@ -231,7 +245,7 @@ func (n *Node) runLoad(ctx context.Context) {
 		return
 	}
 	n.engine.Store(&eng)
-	n.sched.start(eng)
+	n.sched.start(eng, cost)
 	in := eng.Info()
 	n.m.setInfo(n.nodeID, in)
 	n.m.ready.Set(1)
@@ -245,6 +259,40 @@ func (n *Node) runLoad(ctx context.Context) {
 	} else {
 		n.log.Info("engine ready", attrs...)
 	}
+}
+
+// startCostModel starts the node's cost model from the engine's prior or, when that is only a
+// guess from the model's shape and calibration is on, from passes timed now (before the node
+// reports ready), and logs where it started.
+func (n *Node) startCostModel(ctx context.Context, eng scorer.Engine) (*costModel, error) {
+	prior := eng.CostPrior()
+	var cal calibration
+	if prior.Source == scorer.CostSourceShape && n.cfg.Calibrate && n.cfg.CalibrationBudget > 0 {
+		cal = calibrate(ctx, eng, n.cfg.CalibrationBudget, n.sched.now, func(ctx context.Context, gs []*scorer.Group) (scorer.ForwardStats, error) {
+			return n.sched.forward(ctx, eng, gs)
+		})
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var pe *enginePanic
+		if errors.As(cal.Err, &pe) {
+			return nil, cal.Err
+		}
+	}
+	c, source := startCost(cal, prior)
+	m := newCostModel(c, source, cal)
+	attrs := []any{"node_id", n.nodeID, "source", source, "a", c.A, "b", c.B, "c", c.C,
+		"ref_batch_seconds", c.Seconds(costmodel.RefFeatures)}
+	if cal.Took > 0 {
+		attrs = append(attrs, "calibration_seconds", cal.Took.Seconds(), "calibration_passes", cal.Passes,
+			"fit_max_rel_err", cal.Fit.MaxRelErr, "prior", prior.Source)
+	}
+	if cal.Err != nil {
+		n.log.Warn("cost model calibration failed; starting from the engine's guess", append(attrs, "err", cal.Err)...)
+	} else {
+		n.log.Info("cost model", attrs...)
+	}
+	return m, nil
 }
 
 // GRPCAddr is the address gRPC listens on (after Start).
@@ -411,6 +459,8 @@ type Status struct {
 	TokensPerSecond    float64            `json:"tokens_per_second"`
 	UptimeSeconds      float64            `json:"uptime_seconds"`
 	PrefixCache        *prefixcache.Stats `json:"prefix_cache,omitempty"`
+	// CostModel is the node's learned speed, which prices the costs above (nil until loaded).
+	CostModel *CostModelStatus `json:"cost_model,omitempty"`
 }
 
 // Status returns the node's current status.
@@ -447,6 +497,9 @@ func (n *Node) Status() Status {
 				s.PrefixCache = &st
 			}
 		}
+	}
+	if c := n.sched.costModel(); c != nil {
+		s.CostModel = c.snapshot().status()
 	}
 	if s.Emulated {
 		s.Engine = "EMULATED"
@@ -656,6 +709,9 @@ func (n *Node) reply(req *pb.ScoreBatchRequest, g *scorer.Group, r passResult, i
 		InflightBatches:    uint32(l.InflightBatches),
 		QueuedTokens:       uint64(l.QueuedTokens),
 		TokensPerSecond:    l.TokensPerSecond,
+	}
+	if c := n.sched.costModel(); c != nil {
+		resp.Load.CostModel = c.snapshot().proto()
 	}
 	resp.Stats = &pb.BatchStats{
 		QueueSeconds:   r.queueWait.Seconds(),

@@ -42,6 +42,11 @@ type fakeEngine struct {
 	release     chan struct{}        // nil: Forward returns at once; else waits for a receive or close
 	started     chan []*scorer.Group // receives every pass's groups (buffered); nil: not sent
 	err         error
+	// prior overrides CostPrior; truth, when set, is the fake's real speed: Forward reports the
+	// pass's features and truth's time for them (times noise, when set) without sleeping.
+	prior scorer.CostPrior
+	truth costmodel.Coeffs
+	noise func() float64
 
 	mu        sync.Mutex
 	passes    []int // groups per pass
@@ -127,15 +132,41 @@ func (f *fakeEngine) Forward(ctx context.Context, groups []*scorer.Group) (score
 	}
 	st.MoEVariants = map[string]int{"128": 2}
 	st.MoEPaddingRatio = 1.25
+	if f.truth != (costmodel.Coeffs{}) {
+		st.Features = f.CostFeatures(groups)
+		y := f.truth.Seconds(st.Features)
+		if f.noise != nil {
+			y *= f.noise()
+		}
+		st.Duration = time.Duration(y * float64(time.Second))
+	}
 	return st, nil
 }
 
-func (f *fakeEngine) EstimateSeconds(groups []*scorer.Group) float64 {
-	n := 0
+// CostFeatures counts every group's tokens; the fake's prior prices tokens only.
+func (f *fakeEngine) CostFeatures(groups []*scorer.Group) costmodel.Features {
+	var fs costmodel.Features
 	for _, g := range groups {
-		n += len(g.Prefix) + g.ItemTokens()
+		fs = fs.Add(fakeFeatures(g))
 	}
-	return float64(n) * f.secPerToken
+	return fs
+}
+
+func fakeFeatures(g *scorer.Group) costmodel.Features {
+	var items []int
+	for _, it := range g.Items {
+		items = append(items, len(it))
+	}
+	return costmodel.BatchFeatures(len(g.Prefix), items, false)
+}
+
+// CostPrior is secPerToken per token (a measured profile: the node does not calibrate), or
+// prior when set.
+func (f *fakeEngine) CostPrior() scorer.CostPrior {
+	if f.prior != (scorer.CostPrior{}) {
+		return f.prior
+	}
+	return scorer.CostPrior{Coeffs: costmodel.Coeffs{A: f.secPerToken}, Source: scorer.CostSourceProfile}
 }
 
 func (f *fakeEngine) Info() scorer.Info {
@@ -455,7 +486,7 @@ func TestQueuedJobWithDoneCtxDropped(t *testing.T) {
 	// The worker-side check: a job whose caller has gone but is still queued is never run.
 	f := newFake()
 	s := newScheduler(100, 10)
-	s.start(f)
+	s.start(f, nil)
 	defer s.stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

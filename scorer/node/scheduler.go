@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/scorer"
 )
 
@@ -22,7 +23,7 @@ type job struct {
 	ctx      context.Context
 	group    *scorer.Group
 	tokens   int     // prefix + item tokens: its weight in a merged pass
-	est      float64 // engine's estimate for the group alone, seconds
+	est      float64 // the cost model's estimate for the group alone at submit, seconds
 	enqueued time.Time
 	done     chan passResult // buffered: the worker never blocks on a caller that has gone
 }
@@ -59,6 +60,7 @@ type scheduler struct {
 
 	mu           sync.Mutex
 	eng          scorer.Engine // nil until start
+	cost         *costModel    // nil until start: estimates use the engine's prior until then
 	queue        []*job
 	queuedCost   float64
 	queuedTokens int
@@ -71,8 +73,9 @@ type scheduler struct {
 	running   []*job
 	runStart  time.Time
 	runEst    float64
-	tokPerSec float64       // EWMA of computed tokens per second of forward time
-	changed   chan struct{} // closed and replaced on every state change (broadcast)
+	runFeat   costmodel.Features // the running pass's work as estimated when it was taken
+	tokPerSec float64            // EWMA of computed tokens per second of forward time
+	changed   chan struct{}      // closed and replaced on every state change (broadcast)
 
 	wake       chan struct{} // cap 1: work may be available
 	stopCh     chan struct{}
@@ -97,12 +100,46 @@ func newScheduler(maxBatchTokens, maxQueue int) *scheduler {
 	}
 }
 
-// start runs the worker over eng. Call once.
-func (s *scheduler) start(eng scorer.Engine) {
+// start runs the worker over eng, pricing work with cost (nil: a model started from the
+// engine's prior). Call once.
+func (s *scheduler) start(eng scorer.Engine, cost *costModel) {
+	if cost == nil {
+		p := eng.CostPrior()
+		cost = newCostModel(p.Coeffs, p.Source, calibration{})
+	}
 	s.mu.Lock()
-	s.eng = eng
+	s.eng, s.cost = eng, cost
 	s.mu.Unlock()
 	go s.run(eng)
+}
+
+// costModel is the node's cost model; nil before start.
+func (s *scheduler) costModel() *costModel {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cost
+}
+
+// estimate prices the work of running groups in one pass now: the one estimate the deadline
+// check, the reported load and the merge decision share.
+func (s *scheduler) estimate(eng scorer.Engine, groups []*scorer.Group) (float64, costmodel.Features) {
+	f := eng.CostFeatures(groups)
+	return price(s.costModel(), eng, f), f
+}
+
+// estimateLocked is estimate with s.mu held.
+func (s *scheduler) estimateLocked(eng scorer.Engine, groups []*scorer.Group) (float64, costmodel.Features) {
+	f := eng.CostFeatures(groups)
+	return price(s.cost, eng, f), f
+}
+
+// price is f's seconds by the node's cost model c, or by the engine's prior before start (c nil;
+// tests queue work before starting the worker).
+func price(c *costModel, eng scorer.Engine, f costmodel.Features) float64 {
+	if c == nil {
+		return eng.CostPrior().Coeffs.Seconds(f)
+	}
+	return c.seconds(f)
 }
 
 // broadcastLocked wakes every waitIdle; s.mu must be held.
@@ -164,11 +201,12 @@ func (s *scheduler) release() {
 // submit queues g for an admitted caller whose ctx is given, ending its admission. It
 // estimates on the caller's goroutine.
 func (s *scheduler) submit(ctx context.Context, eng scorer.Engine, g *scorer.Group) (*job, error) {
+	est, _ := s.estimate(eng, []*scorer.Group{g})
 	j := &job{
 		ctx:    ctx,
 		group:  g,
 		tokens: len(g.Prefix) + g.ItemTokens(),
-		est:    eng.EstimateSeconds([]*scorer.Group{g}),
+		est:    est,
 		done:   make(chan passResult, 1),
 	}
 	s.mu.Lock()
@@ -352,9 +390,10 @@ func (s *scheduler) next(eng scorer.Engine) []*job {
 			// Merging lengthens the pass for every job already taken: stop before the merged
 			// pass would make one of them miss a deadline it could meet alone. (j itself gains:
 			// left out, it would wait for this whole pass and then run.)
-			if len(take) > 0 && !earliest.IsZero() &&
-				now.Add(secondsDur(eng.EstimateSeconds(append(groups, j.group)))).After(earliest) {
-				break
+			if len(take) > 0 && !earliest.IsZero() {
+				if est, _ := s.estimateLocked(eng, append(groups, j.group)); now.Add(secondsDur(est)).After(earliest) {
+					break
+				}
 			}
 			if dl, ok := j.ctx.Deadline(); ok && (earliest.IsZero() || dl.Before(earliest)) {
 				earliest = dl
@@ -367,7 +406,7 @@ func (s *scheduler) next(eng scorer.Engine) []*job {
 		if len(take) > 0 {
 			s.running = take
 			s.runStart = now
-			s.runEst = eng.EstimateSeconds(groups)
+			s.runEst, s.runFeat = s.estimateLocked(eng, groups)
 		}
 		if len(failed) > 0 || len(take) > 0 {
 			s.broadcastLocked()
@@ -431,6 +470,22 @@ func (s *scheduler) runPass(eng scorer.Engine, jobs []*job) (panicked bool) {
 	}
 	if s.m != nil {
 		s.m.observePass(st, len(jobs), dur.Seconds())
+	}
+
+	s.mu.Lock()
+	est, feat, cost := s.runEst, s.runFeat, s.cost
+	s.mu.Unlock()
+	if err == nil && cost != nil {
+		// One pass is one observation, merged or not: its work is the sum of its groups'.
+		if st.Features != (costmodel.Features{}) {
+			feat = st.Features
+		}
+		if y := passSeconds(st, dur); y > 0 {
+			if s.m != nil && est > 0 {
+				s.m.estimateRatio.Observe(est / y)
+			}
+			cost.observe(feat, y)
+		}
 	}
 
 	s.mu.Lock()

@@ -50,7 +50,7 @@ func TestMergeKeepsEarlierDeadlines(t *testing.T) {
 				}
 				jobs = append(jobs, j)
 			}
-			s.start(f)
+			s.start(f, nil)
 			defer s.stop()
 			for i, j := range jobs {
 				if r := <-j.done; r.err != nil {
@@ -89,7 +89,7 @@ func TestQueueKeepsNoFinishedJobs(t *testing.T) {
 		jobs = append(jobs, j)
 	}
 	s.remove(jobs[1]) // a caller that left while queued
-	s.start(f)
+	s.start(f, nil)
 	defer s.stop()
 	for i, j := range jobs {
 		if i == 1 {

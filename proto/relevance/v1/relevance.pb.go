@@ -848,8 +848,11 @@ type NodeLoad struct {
 	QueuedTokens       uint64  `protobuf:"varint,5,opt,name=queued_tokens,json=queuedTokens,proto3" json:"queued_tokens,omitempty"`
 	// Recent throughput (exponentially averaged).
 	TokensPerSecond float64 `protobuf:"fixed64,6,opt,name=tokens_per_second,json=tokensPerSecond,proto3" json:"tokens_per_second,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The node's current estimate of its own speed, which it learns from every forward pass; the
+	// costs above are priced with it. A caller's per-node model can start from it.
+	CostModel     *CostModel `protobuf:"bytes,7,opt,name=cost_model,json=costModel,proto3" json:"cost_model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeLoad) Reset() {
@@ -924,6 +927,98 @@ func (x *NodeLoad) GetTokensPerSecond() float64 {
 	return 0
 }
 
+func (x *NodeLoad) GetCostModel() *CostModel {
+	if x != nil {
+		return x.CostModel
+	}
+	return nil
+}
+
+// CostModel is a node's cost coefficients: seconds ≈ a·tokens + b·pairs + c·batches, where a
+// batch's tokens are its computed prefix and item tokens and its pairs are the attended
+// (query token, key token) pairs, causal half included (Go package costmodel).
+type CostModel struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Seconds per computed token.
+	A float64 `protobuf:"fixed64,1,opt,name=a,proto3" json:"a,omitempty"`
+	// Seconds per attended pair.
+	B float64 `protobuf:"fixed64,2,opt,name=b,proto3" json:"b,omitempty"`
+	// Seconds per batch.
+	C float64 `protobuf:"fixed64,3,opt,name=c,proto3" json:"c,omitempty"`
+	// Forward passes the node has learned from since it started.
+	Samples uint64 `protobuf:"varint,4,opt,name=samples,proto3" json:"samples,omitempty"`
+	// Where the model started: "calibrated" (passes timed at start-up), "profile" (a measured
+	// cost profile), "config" (coefficients configured) or "shape" (a guess from the model's shape).
+	Source        string `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CostModel) Reset() {
+	*x = CostModel{}
+	mi := &file_relevance_v1_relevance_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CostModel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CostModel) ProtoMessage() {}
+
+func (x *CostModel) ProtoReflect() protoreflect.Message {
+	mi := &file_relevance_v1_relevance_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CostModel.ProtoReflect.Descriptor instead.
+func (*CostModel) Descriptor() ([]byte, []int) {
+	return file_relevance_v1_relevance_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CostModel) GetA() float64 {
+	if x != nil {
+		return x.A
+	}
+	return 0
+}
+
+func (x *CostModel) GetB() float64 {
+	if x != nil {
+		return x.B
+	}
+	return 0
+}
+
+func (x *CostModel) GetC() float64 {
+	if x != nil {
+		return x.C
+	}
+	return 0
+}
+
+func (x *CostModel) GetSamples() uint64 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *CostModel) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
 // BatchStats is what the node measured for this batch: the proxy learns cost coefficients from it.
 type BatchStats struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -946,7 +1041,7 @@ type BatchStats struct {
 
 func (x *BatchStats) Reset() {
 	*x = BatchStats{}
-	mi := &file_relevance_v1_relevance_proto_msgTypes[9]
+	mi := &file_relevance_v1_relevance_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1053,7 @@ func (x *BatchStats) String() string {
 func (*BatchStats) ProtoMessage() {}
 
 func (x *BatchStats) ProtoReflect() protoreflect.Message {
-	mi := &file_relevance_v1_relevance_proto_msgTypes[9]
+	mi := &file_relevance_v1_relevance_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1066,7 @@ func (x *BatchStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchStats.ProtoReflect.Descriptor instead.
 func (*BatchStats) Descriptor() ([]byte, []int) {
-	return file_relevance_v1_relevance_proto_rawDescGZIP(), []int{9}
+	return file_relevance_v1_relevance_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BatchStats) GetQueueSeconds() float64 {
@@ -1047,7 +1142,7 @@ type ScoreBatchResponse struct {
 
 func (x *ScoreBatchResponse) Reset() {
 	*x = ScoreBatchResponse{}
-	mi := &file_relevance_v1_relevance_proto_msgTypes[10]
+	mi := &file_relevance_v1_relevance_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1154,7 @@ func (x *ScoreBatchResponse) String() string {
 func (*ScoreBatchResponse) ProtoMessage() {}
 
 func (x *ScoreBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_relevance_v1_relevance_proto_msgTypes[10]
+	mi := &file_relevance_v1_relevance_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1167,7 @@ func (x *ScoreBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreBatchResponse.ProtoReflect.Descriptor instead.
 func (*ScoreBatchResponse) Descriptor() ([]byte, []int) {
-	return file_relevance_v1_relevance_proto_rawDescGZIP(), []int{10}
+	return file_relevance_v1_relevance_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ScoreBatchResponse) GetScores() []*ItemScore {
@@ -1191,14 +1286,22 @@ const file_relevance_v1_relevance_proto_rawDesc = "" +
 	"\vinstruction\x18\x04 \x01(\tR\vinstruction\x12(\n" +
 	"\x05items\x18\x05 \x03(\v2\x12.relevance.v1.ItemR\x05items\x124\n" +
 	"\aoptions\x18\x06 \x01(\v2\x1a.relevance.v1.ScoreOptionsR\aoptions\x124\n" +
-	"\x16estimated_cost_seconds\x18\a \x01(\x01R\x14estimatedCostSeconds\"\x8f\x02\n" +
+	"\x16estimated_cost_seconds\x18\a \x01(\x01R\x14estimatedCostSeconds\"\xc7\x02\n" +
 	"\bNodeLoad\x12.\n" +
 	"\x13queued_cost_seconds\x18\x01 \x01(\x01R\x11queuedCostSeconds\x120\n" +
 	"\x14running_cost_seconds\x18\x02 \x01(\x01R\x12runningCostSeconds\x12%\n" +
 	"\x0equeued_batches\x18\x03 \x01(\rR\rqueuedBatches\x12)\n" +
 	"\x10inflight_batches\x18\x04 \x01(\rR\x0finflightBatches\x12#\n" +
 	"\rqueued_tokens\x18\x05 \x01(\x04R\fqueuedTokens\x12*\n" +
-	"\x11tokens_per_second\x18\x06 \x01(\x01R\x0ftokensPerSecond\"\xbc\x02\n" +
+	"\x11tokens_per_second\x18\x06 \x01(\x01R\x0ftokensPerSecond\x126\n" +
+	"\n" +
+	"cost_model\x18\a \x01(\v2\x17.relevance.v1.CostModelR\tcostModel\"g\n" +
+	"\tCostModel\x12\f\n" +
+	"\x01a\x18\x01 \x01(\x01R\x01a\x12\f\n" +
+	"\x01b\x18\x02 \x01(\x01R\x01b\x12\f\n" +
+	"\x01c\x18\x03 \x01(\x01R\x01c\x12\x18\n" +
+	"\asamples\x18\x04 \x01(\x04R\asamples\x12\x16\n" +
+	"\x06source\x18\x05 \x01(\tR\x06source\"\xbc\x02\n" +
 	"\n" +
 	"BatchStats\x12#\n" +
 	"\rqueue_seconds\x18\x01 \x01(\x01R\fqueueSeconds\x12'\n" +
@@ -1249,7 +1352,7 @@ func file_relevance_v1_relevance_proto_rawDescGZIP() []byte {
 }
 
 var file_relevance_v1_relevance_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_relevance_v1_relevance_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_relevance_v1_relevance_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_relevance_v1_relevance_proto_goTypes = []any{
 	(Truncation)(0),            // 0: relevance.v1.Truncation
 	(ItemStatus)(0),            // 1: relevance.v1.ItemStatus
@@ -1262,8 +1365,9 @@ var file_relevance_v1_relevance_proto_goTypes = []any{
 	(*ScoreResponse)(nil),      // 8: relevance.v1.ScoreResponse
 	(*ScoreBatchRequest)(nil),  // 9: relevance.v1.ScoreBatchRequest
 	(*NodeLoad)(nil),           // 10: relevance.v1.NodeLoad
-	(*BatchStats)(nil),         // 11: relevance.v1.BatchStats
-	(*ScoreBatchResponse)(nil), // 12: relevance.v1.ScoreBatchResponse
+	(*CostModel)(nil),          // 11: relevance.v1.CostModel
+	(*BatchStats)(nil),         // 12: relevance.v1.BatchStats
+	(*ScoreBatchResponse)(nil), // 13: relevance.v1.ScoreBatchResponse
 }
 var file_relevance_v1_relevance_proto_depIdxs = []int32{
 	0,  // 0: relevance.v1.ScoreOptions.truncation:type_name -> relevance.v1.Truncation
@@ -1275,19 +1379,20 @@ var file_relevance_v1_relevance_proto_depIdxs = []int32{
 	6,  // 6: relevance.v1.ScoreResponse.timings:type_name -> relevance.v1.Timings
 	2,  // 7: relevance.v1.ScoreBatchRequest.items:type_name -> relevance.v1.Item
 	3,  // 8: relevance.v1.ScoreBatchRequest.options:type_name -> relevance.v1.ScoreOptions
-	4,  // 9: relevance.v1.ScoreBatchResponse.scores:type_name -> relevance.v1.ItemScore
-	5,  // 10: relevance.v1.ScoreBatchResponse.usage:type_name -> relevance.v1.Usage
-	10, // 11: relevance.v1.ScoreBatchResponse.load:type_name -> relevance.v1.NodeLoad
-	11, // 12: relevance.v1.ScoreBatchResponse.stats:type_name -> relevance.v1.BatchStats
-	7,  // 13: relevance.v1.Ranker.Score:input_type -> relevance.v1.ScoreRequest
-	9,  // 14: relevance.v1.Scorer.ScoreBatch:input_type -> relevance.v1.ScoreBatchRequest
-	8,  // 15: relevance.v1.Ranker.Score:output_type -> relevance.v1.ScoreResponse
-	12, // 16: relevance.v1.Scorer.ScoreBatch:output_type -> relevance.v1.ScoreBatchResponse
-	15, // [15:17] is the sub-list for method output_type
-	13, // [13:15] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	11, // 9: relevance.v1.NodeLoad.cost_model:type_name -> relevance.v1.CostModel
+	4,  // 10: relevance.v1.ScoreBatchResponse.scores:type_name -> relevance.v1.ItemScore
+	5,  // 11: relevance.v1.ScoreBatchResponse.usage:type_name -> relevance.v1.Usage
+	10, // 12: relevance.v1.ScoreBatchResponse.load:type_name -> relevance.v1.NodeLoad
+	12, // 13: relevance.v1.ScoreBatchResponse.stats:type_name -> relevance.v1.BatchStats
+	7,  // 14: relevance.v1.Ranker.Score:input_type -> relevance.v1.ScoreRequest
+	9,  // 15: relevance.v1.Scorer.ScoreBatch:input_type -> relevance.v1.ScoreBatchRequest
+	8,  // 16: relevance.v1.Ranker.Score:output_type -> relevance.v1.ScoreResponse
+	13, // 17: relevance.v1.Scorer.ScoreBatch:output_type -> relevance.v1.ScoreBatchResponse
+	16, // [16:18] is the sub-list for method output_type
+	14, // [14:16] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_relevance_v1_relevance_proto_init() }
@@ -1301,7 +1406,7 @@ func file_relevance_v1_relevance_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relevance_v1_relevance_proto_rawDesc), len(file_relevance_v1_relevance_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,69 @@
+package model
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/scorer"
+)
+
+// TestForwardFeatures: a pass reports the work it did in the cost model's terms, and that is
+// what CostFeatures predicted before it: a prefix repeated within the pass or published in the
+// cache is not counted, items too long to score are not counted.
+func TestForwardFeatures(t *testing.T) {
+	dir := generated(t, GenSpec{Arch: "qwen3_moe", Preset: "tiny", Seed: 1})
+	e := load(t, dir, Options{PrefixCacheBytes: 64 << 20})
+	if p := e.CostPrior(); p.Source != scorer.CostSourceShape || p.Coeffs.A <= 0 || p.Coeffs.B <= 0 || p.Coeffs.C <= 0 {
+		t.Errorf("prior without Options.Cost = %+v, want a positive shape guess", p)
+	}
+	tok := func(q string, docs ...string) *scorer.Group {
+		g, err := e.Tokenize("", q, docs, scorer.TokenizeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	lens := func(g *scorer.Group) []int {
+		var l []int
+		for i, it := range g.Items {
+			if !g.TooLong[i] {
+				l = append(l, len(it))
+			}
+		}
+		return l
+	}
+	a, a2, b := tok("espresso", testDocs[:3]...), tok("espresso", testDocs[3:5]...), tok("rainforest", testDocs[:2]...)
+	b.TooLong[1] = true // not scored: not work
+	want := costmodel.BatchFeatures(len(a.Prefix), lens(a), false).
+		Add(costmodel.BatchFeatures(len(a2.Prefix), lens(a2), true)).
+		Add(costmodel.BatchFeatures(len(b.Prefix), lens(b), false))
+	gs := []*scorer.Group{a, a2, b}
+	if d := cmp.Diff(want, e.CostFeatures(gs)); d != "" {
+		t.Errorf("CostFeatures before the pass (-want +got):\n%s", d)
+	}
+	st, _ := forwardLogits(t, e, gs)
+	if d := cmp.Diff(want, st.Features); d != "" {
+		t.Errorf("pass features (-want +got):\n%s", d)
+	}
+
+	// Both prefixes are published now: the same groups again compute no prefix.
+	again := []*scorer.Group{tok("espresso", testDocs[:3]...), tok("rainforest", testDocs[:2]...)}
+	want = costmodel.BatchFeatures(len(a.Prefix), lens(again[0]), true).Add(costmodel.BatchFeatures(len(b.Prefix), lens(again[1]), true))
+	if d := cmp.Diff(want, e.CostFeatures(again)); d != "" {
+		t.Errorf("CostFeatures with published prefixes (-want +got):\n%s", d)
+	}
+	st, _ = forwardLogits(t, e, again)
+	if d := cmp.Diff(want, st.Features); d != "" {
+		t.Errorf("cached pass features (-want +got):\n%s", d)
+	}
+
+	c := costmodel.Coeffs{A: 1e-4, B: 1e-8, C: 1e-3}
+	if p := load(t, dir, Options{Cost: c}).CostPrior(); p != (scorer.CostPrior{Coeffs: c, Source: scorer.CostSourceConfig}) {
+		t.Errorf("prior with Options.Cost = %+v", p)
+	}
+	if _, err := Load(dir, Options{Cost: costmodel.Coeffs{A: -1}}); err == nil {
+		t.Error("negative Options.Cost: no error")
+	}
+}

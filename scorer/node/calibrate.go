@@ -1,0 +1,189 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/scorer"
+)
+
+// calibration is what timing passes at start-up gave.
+type calibration struct {
+	Passes int           // timed passes fitted (the warm-up not counted)
+	Took   time.Duration // the whole calibration, warm-up and tokenizing included
+	Fit    costmodel.FitResult
+	Err    error // why the fit is not used; nil when it is (or when none ran)
+}
+
+// calShape is one synthetic pass: a prefix of a query of queryWords words, then items of
+// itemTokens tokens each.
+type calShape struct{ queryWords, items, itemTokens int }
+
+// calShapes is one round of the calibration design, cheapest first. It separates the three
+// terms: a tiny pass (mostly the per-batch c), many short items (the per-token a), few long
+// items and a long prefix (the attended pairs, b), and a pass shaped like ordinary traffic.
+var calShapes = []calShape{
+	{2, 1, 16},
+	{2, 8, 48},
+	{120, 4, 48},
+	{2, 2, 320},
+	{10, 8, 160},
+}
+
+const (
+	calRounds = 4 // rounds of calShapes at most: a fast engine stops early
+	calSeed   = 0x5eed
+)
+
+// calWords is the synthetic text's vocabulary: common words that tokenize to about a token each.
+var calWords = strings.Fields("the of and to in a is that for it as was with be by on not he this are or his from at " +
+	"which but have an they you were her she there been one all we their has would when if so no will more out up " +
+	"into do any your what time can only other new some could these two may first then well also after made like " +
+	"price water home light power small black battery steel cotton size colour weight model phone case kitchen")
+
+// calibrate times forward passes of eng on synthetic prompts of the calShapes, round after round,
+// until calRounds are done or the budget would be exceeded, and fits the cost formula to them
+// (costmodel.Fit). The first pass, the largest of a round, is a warm-up and not fitted: it faults
+// the weights in and sizes the engine's buffers. A pass is not started when the time spent plus
+// its prediction (the prior scaled by what the passes so far measured against it) exceeds the
+// budget, and ctx bounds every pass. now is the clock; forward runs one pass (the scheduler's,
+// which turns an engine panic into an error).
+func calibrate(ctx context.Context, eng scorer.Engine, budget time.Duration, now func() time.Time,
+	forward func(context.Context, []*scorer.Group) (scorer.ForwardStats, error)) (cal calibration) {
+	t0 := now()
+	defer func() { cal.Took = now().Sub(t0) }()
+
+	info := eng.Info()
+	rng := rand.New(rand.NewPCG(calSeed, calSeed))
+	doc, err := calDocTokens(eng, rng)
+	if err != nil {
+		cal.Err = fmt.Errorf("calibration: %w", err)
+		return cal
+	}
+	prior := eng.CostPrior().Coeffs
+	var samples []costmodel.Sample
+	var ratios []float64 // measured ÷ prior's prediction, per pass so far
+	plan := []calShape{slices.MaxFunc(calShapes, func(a, b calShape) int { return a.items*a.itemTokens - b.items*b.itemTokens })}
+	for range calRounds {
+		plan = append(plan, calShapes...)
+	}
+	for k, sh := range plan {
+		g, err := calGroup(eng, rng, doc, sh, k, info.MaxTokens)
+		if err != nil {
+			cal.Err = fmt.Errorf("calibration: %w", err)
+			return cal
+		}
+		groups := []*scorer.Group{g}
+		f := eng.CostFeatures(groups)
+		if len(ratios) > 0 {
+			pred := prior.Seconds(f) * median(ratios)
+			if now().Sub(t0)+secondsDur(pred) > budget {
+				break
+			}
+		}
+		left := budget - now().Sub(t0)
+		if left <= 0 {
+			break
+		}
+		pctx, cancel := context.WithTimeout(ctx, left)
+		start := now()
+		st, err := forward(pctx, groups)
+		wall := now().Sub(start)
+		cancel()
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			cal.Err = fmt.Errorf("calibration: %w", ctxErr)
+			return cal
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			break // the budget ran out during the pass
+		}
+		if err != nil {
+			cal.Err = fmt.Errorf("calibration pass %d: %w", k, err)
+			return cal
+		}
+		if st.Features != (costmodel.Features{}) {
+			f = st.Features
+		}
+		y := passSeconds(st, wall)
+		if p := prior.Seconds(f); p > 0 && y > 0 {
+			ratios = append(ratios, y/p)
+		}
+		if k > 0 && y > 0 {
+			samples = append(samples, costmodel.Sample{Features: f, Seconds: y})
+		}
+	}
+	cal.Passes = len(samples)
+	if len(samples) < len(calShapes) {
+		cal.Err = fmt.Errorf("calibration: %d passes fitted in the budget of %v, want at least %d (one of each shape)", len(samples), budget, len(calShapes))
+		return cal
+	}
+	fit, err := costmodel.Fit(samples)
+	if err == nil && fit.Coeffs.A == 0 && fit.Coeffs.B == 0 && fit.Coeffs.C == 0 {
+		err = errors.New("all coefficients are zero")
+	}
+	if err != nil {
+		cal.Err = fmt.Errorf("calibration: %w", err)
+		return cal
+	}
+	cal.Fit = fit
+	return cal
+}
+
+// calDocTokens tokenizes one long synthetic document: items are slices of it.
+func calDocTokens(eng scorer.Engine, rng *rand.Rand) ([]int32, error) {
+	longest := 0
+	for _, sh := range calShapes {
+		longest = max(longest, sh.itemTokens)
+	}
+	g, err := eng.Tokenize("", "calibration", []string{calText(rng, 2*longest)}, scorer.TokenizeOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if len(g.Items) != 1 || len(g.Items[0]) == 0 {
+		return nil, fmt.Errorf("tokenize: %d items for 1 document", len(g.Items))
+	}
+	return g.Items[0], nil
+}
+
+// calGroup builds the k-th pass's group: a unique query (so no prefix comes from the cache) and
+// items cut from doc, shortened where the engine's prompt limit requires.
+func calGroup(eng scorer.Engine, rng *rand.Rand, doc []int32, sh calShape, k, maxTokens int) (*scorer.Group, error) {
+	q := fmt.Sprintf("calibration pass %d: %s", k, calText(rng, sh.queryWords))
+	g, err := eng.Tokenize("", q, []string{"x"}, scorer.TokenizeOptions{})
+	if err != nil {
+		return nil, err
+	}
+	l := min(sh.itemTokens, len(doc))
+	if maxTokens > 0 {
+		l = min(l, maxTokens-len(g.Prefix))
+	}
+	if l < 1 {
+		return nil, fmt.Errorf("prompt limit %d leaves no room for items after a %d-token prefix", maxTokens, len(g.Prefix))
+	}
+	out := &scorer.Group{Prefix: g.Prefix, Truncated: make([]int, sh.items), TooLong: make([]bool, sh.items)}
+	for range sh.items {
+		off := rng.IntN(len(doc) - l + 1)
+		out.Items = append(out.Items, doc[off:off+l])
+	}
+	return out, nil
+}
+
+func calText(rng *rand.Rand, words int) string {
+	w := make([]string, words)
+	for i := range w {
+		w[i] = calWords[rng.IntN(len(calWords))]
+	}
+	return strings.Join(w, " ")
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
