@@ -3,7 +3,12 @@ package grpcutf8
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/testing/protocmp"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -39,7 +44,9 @@ func (rawCodec) Name() string { return "proto" }
 
 var _ encoding.Codec = rawCodec{}
 
-func TestInvalidUTF8IsInvalidArgument(t *testing.T) {
+// TestUndecodableRequestIsInvalidArgument: invalid UTF-8 and malformed wire data are the client's
+// fault: INVALID_ARGUMENT naming the field, and the handler never runs.
+func TestUndecodableRequestIsInvalidArgument(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -84,7 +91,13 @@ func TestInvalidUTF8IsInvalidArgument(t *testing.T) {
 		{"bad query", msg("sho\xffes", item("a", "x")), codes.InvalidArgument, "query: invalid UTF-8"},
 		{"bad third item text", msg("q", item("a", "x"), item("b", "y"), item("c", "\xc3\x28")), codes.InvalidArgument, "items[2].text: invalid UTF-8"},
 		{"bad item id", msg("q", item("\xfe", "x")), codes.InvalidArgument, "items[0].id: invalid UTF-8"},
-		{"garbage wire data", []byte{0x1a, 0x7f}, codes.Internal, ""},
+		{"truncated query", []byte{0x1a, 0x7f}, codes.InvalidArgument, "query: malformed protobuf: unexpected EOF"},
+		{"field number zero", []byte{0x00, 0x01}, codes.InvalidArgument, "request: malformed protobuf: invalid field number"},
+		{"truncated varint", []byte{0x10, 0xff}, codes.InvalidArgument, "batch_index: malformed protobuf: unexpected EOF"},
+		{"truncated text inside the second item", msg("q", item("a", "x"), []byte{0x12, 0x05, 'a'}), codes.InvalidArgument,
+			"items[1].text: malformed protobuf: unexpected EOF"},
+		{"item cut short", append(msg("q"), 0x2a, 0x09, 0x0a), codes.InvalidArgument, "items[0]: malformed protobuf: unexpected EOF"},
+		{"first problem wins", append(msg("\xff"), 0x00), codes.InvalidArgument, "query: invalid UTF-8"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,6 +109,20 @@ func TestInvalidUTF8IsInvalidArgument(t *testing.T) {
 			}
 			if tc.message != "" && status.Convert(err).Message() != tc.message {
 				t.Errorf("message = %q, want %q", status.Convert(err).Message(), tc.message)
+			}
+			if tc.code == codes.InvalidArgument {
+				// The field and problem are also in a BadRequest detail, as proxy/request.FieldError puts them.
+				field, problem, _ := strings.Cut(tc.message, ": ")
+				want := []*errdetails.BadRequest_FieldViolation{{Field: field, Description: problem}}
+				var got []*errdetails.BadRequest_FieldViolation
+				for _, d := range status.Convert(err).Details() {
+					if br, ok := d.(*errdetails.BadRequest); ok {
+						got = append(got, br.GetFieldViolations()...)
+					}
+				}
+				if d := cmp.Diff(want, got, protocmp.Transform()); d != "" {
+					t.Errorf("field violations (-want +got):\n%s", d)
+				}
 			}
 			if tc.code != codes.OK && impl.calls != before {
 				t.Errorf("handler ran for a rejected request")

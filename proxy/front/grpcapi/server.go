@@ -3,6 +3,11 @@
 // relevance.v1.Ranker), server reflection, a recovery interceptor (a panic becomes INTERNAL and is
 // logged) and request metrics.
 //
+// The front only decodes. A request that cannot be decoded (invalid UTF-8, malformed protobuf) is
+// INVALID_ARGUMENT naming the field (internal/grpcutf8); every other rule is the core's
+// (proxy/request), whose errors, errdetails.BadRequest included, reach the client as they are:
+// gRPC clients get the canonical field names.
+//
 // A Server is safe for concurrent use; Serve once, then Shutdown.
 package grpcapi
 
@@ -10,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/relevance-scoring/relevance/internal/grpcutf8"
 	"log/slog"
 	"net"
 	"runtime/debug"
@@ -24,6 +28,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/relevance-scoring/relevance/internal/grpcutf8"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/front"
 )
@@ -116,7 +121,8 @@ func New(cfg Config, opts Options) (*Server, error) {
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.MaxSendMsgSize(cfg.MaxSendBytes),
 		// Metrics outermost so that a recovered panic is counted as the INTERNAL it became.
-		// The UTF-8 check answers INVALID_ARGUMENT for requests the codec had to repair.
+		// grpcutf8 answers INVALID_ARGUMENT, naming the field, for a request that could not be
+		// decoded (invalid UTF-8, malformed protobuf), where grpc-go would answer INTERNAL.
 		grpc.ForceServerCodecV2(grpcutf8.Codec()),
 		grpc.ChainUnaryInterceptor(metricsInterceptor(opts.Metrics), recoveryInterceptor(log), grpcutf8.UnaryServerInterceptor),
 	)

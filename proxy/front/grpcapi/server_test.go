@@ -17,14 +17,18 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/front"
+	"github.com/relevance-scoring/relevance/proxy/request"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -127,11 +131,13 @@ func TestScoreErrors(t *testing.T) {
 		fn       func(ctx context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error)
 		code     codes.Code
 		msg      string
+		field    string // the BadRequest field violation's, when set
 		retryFor time.Duration
 	}{
-		{name: "invalid", code: codes.InvalidArgument, msg: "items[3].text: invalid UTF-8",
+		{name: "invalid keeps its field violation", code: codes.InvalidArgument, msg: "items[3].text: 40000 bytes, limit 32768",
+			field: "items[3].text",
 			fn: func(context.Context, *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
-				return nil, status.Error(codes.InvalidArgument, "items[3].text: invalid UTF-8")
+				return nil, request.FieldError("items[3].text", "40000 bytes, limit 32768")
 			}},
 		{name: "overloaded keeps RetryInfo", code: codes.ResourceExhausted, msg: "projected 2s > deadline", retryFor: time.Second,
 			fn: func(context.Context, *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
@@ -156,6 +162,11 @@ func TestScoreErrors(t *testing.T) {
 			st := status.Convert(err)
 			if st.Code() != tc.code || st.Message() != tc.msg {
 				t.Errorf("error = %v %q, want %v %q", st.Code(), st.Message(), tc.code, tc.msg)
+			}
+			if tc.field != "" {
+				if field, _, ok := request.Violation(err); !ok || field != tc.field {
+					t.Errorf("Violation = %q, %v; want %q", field, ok, tc.field)
+				}
 			}
 			if tc.retryFor > 0 {
 				if f := front.Classify(err); f.RetryAfter != tc.retryFor || f.HTTPStatus != 429 {
@@ -389,5 +400,84 @@ func TestShutdownEndsHealthWatches(t *testing.T) {
 		if r.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
 			t.Errorf("watch reply during drain %v, want NOT_SERVING", r.GetStatus())
 		}
+	}
+}
+
+// rawCodec sends pre-encoded bytes, so that a test can put what protobuf-go's Marshal refuses to
+// write (invalid UTF-8, malformed wire data) on the wire.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return v.([]byte), nil }
+func (rawCodec) Unmarshal(b []byte, v any) error {
+	return proto.Unmarshal(b, v.(proto.Message))
+}
+func (rawCodec) Name() string { return "proto" }
+
+var _ encoding.Codec = rawCodec{}
+
+// TestUndecodableRequestIsInvalidArgument: bytes that are not a ScoreRequest (malformed protobuf)
+// or hold invalid UTF-8 are the client's fault: INVALID_ARGUMENT naming the field (canonically, in
+// an errdetails.BadRequest as the core's own errors carry it), counted as such, and the core is
+// never called.
+func TestUndecodableRequestIsInvalidArgument(t *testing.T) {
+	var calls atomic.Int32
+	core := &fakeCore{fn: func(ctx context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
+		calls.Add(1)
+		return echoScores(ctx, req)
+	}}
+	e := start(t, testConfig(), core)
+	str := func(b []byte, num protowire.Number, v string) []byte {
+		return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), v)
+	}
+	item := func(text string) []byte { return str(nil, 2, text) }
+	msg := func(query string, items ...[]byte) []byte {
+		b := str(nil, 2, query)
+		for _, it := range items {
+			b = protowire.AppendBytes(protowire.AppendTag(b, 4, protowire.BytesType), it)
+		}
+		return b
+	}
+	tests := []struct {
+		name  string
+		req   []byte
+		field string // "" means OK
+		want  string
+	}{
+		{"valid", msg("q", item("a")), "", ""},
+		{"bad query", msg("q\xff", item("a")), "query", "invalid UTF-8"},
+		{"bad second item", msg("q", item("a"), item("\xc3\x28")), "items[1].text", "invalid UTF-8"},
+		{"truncated length", []byte{0x12, 0x7f, 'q'}, "query", "malformed protobuf: unexpected EOF"},
+		{"truncated tag", append(msg("q", item("a")), 0x80), "request", "malformed protobuf: unexpected EOF"},
+		{"field number zero", []byte{0x00, 0x01}, "request", "malformed protobuf: invalid field number"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := calls.Load()
+			out := new(relevancev1.ScoreResponse)
+			err := e.conn.Invoke(ctxT(t), relevancev1.Ranker_Score_FullMethodName, tc.req, out, grpc.ForceCodec(rawCodec{}))
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("valid request: %v", err)
+				}
+				return
+			}
+			if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() != tc.field+": "+tc.want {
+				t.Errorf("error = %v %q, want InvalidArgument %q", st.Code(), st.Message(), tc.field+": "+tc.want)
+			}
+			if field, problem, ok := request.Violation(err); !ok || field != tc.field || problem != tc.want {
+				t.Errorf("Violation = %q, %q, %v; want %q, %q", field, problem, ok, tc.field, tc.want)
+			}
+			if calls.Load() != before {
+				t.Error("the core was called")
+			}
+		})
+	}
+	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(`
+# HELP relevance_proxy_requests_total Requests answered by the proxy fronts, by route (HTTP path or gRPC method) and code (HTTP status or gRPC code).
+# TYPE relevance_proxy_requests_total counter
+relevance_proxy_requests_total{code="InvalidArgument",route="/relevance.v1.Ranker/Score"} 5
+relevance_proxy_requests_total{code="OK",route="/relevance.v1.Ranker/Score"} 1
+`), "relevance_proxy_requests_total"); err != nil {
+		t.Error(err)
 	}
 }
