@@ -1,7 +1,8 @@
 // Package front holds what the proxy's two fronts (HTTP in front/httpapi, gRPC in front/grpcapi)
 // share: the Core they delegate to, their request metrics, and the mapping from the core's gRPC
-// status errors to HTTP statuses. The file configuration that ties the fronts and the core
-// together lives in front/config.
+// status errors to HTTP statuses. The fronts only decode: the request contract is the core's
+// (proxy/request), and so is the ranking. The file configuration that ties the fronts and the core
+// together lives in front/serve.
 //
 // Metrics is safe for concurrent use; Classify is a pure function.
 package front
@@ -42,7 +43,8 @@ type Failure struct {
 	HTTPStatus int
 	// Type is a short machine-readable kind ("invalid_request_error", "rate_limit_error", ...).
 	Type string
-	// Message is the human-readable reason; for bad input it names the field.
+	// Message is the human-readable reason; for bad input it names the field (canonically: a
+	// front that speaks another vocabulary renames it, see request.Violation).
 	Message string
 	// RetryAfter is how long the client should wait before retrying; 0 means no hint.
 	RetryAfter time.Duration

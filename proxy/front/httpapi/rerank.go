@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"strconv"
-	"unicode/utf8"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 )
@@ -28,33 +26,72 @@ type rerankRequest struct {
 // maxDocTokens caps max_tokens_per_doc to what ScoreOptions.max_tokens_per_item can carry.
 const maxDocTokens = 1<<32 - 1
 
+// rerankVocabulary names the core's fields as the rerank APIs do.
+var rerankVocabulary = vocabulary{
+	"items":                       "documents",
+	"items[]":                     "documents[]",
+	"items[].text":                "documents[]",
+	"options.max_tokens_per_item": "max_tokens_per_doc",
+	"request_id":                  HeaderRequestID, // the rerank bodies have none: it came from the header
+}
+
+// rerankDialect is what tells the rerank APIs apart; the handler is the same for all.
+type rerankDialect struct {
+	// returnDocuments is return_documents when the body leaves it out.
+	returnDocuments bool
+	// reply builds the response body.
+	reply func(rerankReply) any
+}
+
+// rerankReply is what every rerank response is built from.
+type rerankReply struct {
+	id, model string
+	results   []rerankResult
+	documents int
+	usage     *relevancev1.Usage
+}
+
+var (
+	// jinaDialect is Jina's and vLLM's rerank API: documents returned unless asked not to.
+	jinaDialect = &rerankDialect{returnDocuments: true, reply: func(r rerankReply) any {
+		return jinaResponse{ID: r.id, Model: r.model, Results: r.results,
+			Usage: jinaUsage{PromptTokens: r.usage.GetPromptTokens(), TotalTokens: r.usage.GetPromptTokens()}}
+	}}
+	// cohereDialect is Cohere's v2 rerank API: no documents unless asked for.
+	cohereDialect = &rerankDialect{returnDocuments: false, reply: func(r rerankReply) any {
+		return cohereResponse{ID: r.id, Results: r.results, Meta: cohereMeta{
+			APIVersion:  cohereAPIVersion{Version: "2"},
+			BilledUnits: cohereBilledUnits{SearchUnits: searchUnits(r.documents)},
+		}}
+	}}
+)
+
 // parseRerank decodes body into a ScoreRequest and the document texts (kept for
-// return_documents). A *syntaxError means the body is not the JSON expected (400); a *fieldError
-// means it parsed but a field's value is wrong (422).
+// return_documents). It checks only what the decoding itself needs: the JSON, the types, the
+// fields the shape requires, and the numbers the ScoreRequest cannot carry; the rest is the core's.
 func parseRerank(body []byte) (*relevancev1.ScoreRequest, []string, rerankRequest, error) {
 	var rr rerankRequest
+	if err := checkUTF8(body); err != nil {
+		return nil, nil, rr, err
+	}
 	if err := json.Unmarshal(body, &rr); err != nil {
 		return nil, nil, rr, jsonError(err)
 	}
 	switch {
 	case rr.Query == nil:
-		return nil, nil, rr, fieldErr("query", "is required")
-	case *rr.Query == "":
-		return nil, nil, rr, fieldErr("query", "must not be empty")
+		return nil, nil, rr, unacceptable("query", "is required")
 	case rr.Documents == nil:
-		return nil, nil, rr, fieldErr("documents", "is required")
-	case len(rr.Documents) == 0:
-		return nil, nil, rr, fieldErr("documents", "must not be empty")
+		return nil, nil, rr, unacceptable("documents", "is required")
 	case rr.TopN != nil && *rr.TopN < 0:
-		return nil, nil, rr, fieldErr("top_n", fmt.Sprintf("must be >= 0, got %d", *rr.TopN))
+		return nil, nil, rr, unacceptable("top_n", "must be >= 0, got %d", *rr.TopN)
 	case rr.MaxTokensPerDoc != nil && (*rr.MaxTokensPerDoc < 1 || *rr.MaxTokensPerDoc > maxDocTokens):
-		return nil, nil, rr, fieldErr("max_tokens_per_doc", fmt.Sprintf("must be in [1, %d], got %d", int64(maxDocTokens), *rr.MaxTokensPerDoc))
+		return nil, nil, rr, unacceptable("max_tokens_per_doc", "must be in [1, %d], got %d", int64(maxDocTokens), *rr.MaxTokensPerDoc)
 	}
 	texts := make([]string, len(rr.Documents))
 	items := make([]*relevancev1.Item, len(rr.Documents))
 	for i, d := range rr.Documents {
 		if d.err != nil {
-			return nil, nil, rr, fieldErr(fmt.Sprintf("documents[%d]", i), d.err.Error())
+			return nil, nil, rr, unacceptable(fmt.Sprintf("documents[%d]", i), "%v", d.err)
 		}
 		texts[i] = d.text
 		items[i] = &relevancev1.Item{Text: d.text}
@@ -120,19 +157,18 @@ func documentText(raw json.RawMessage) (string, error) {
 }
 
 // plainJSONString reports whether raw is a quoted JSON string whose content needs no decoding:
-// no escapes, no control characters, valid UTF-8 (encoding/json would replace invalid bytes).
-// Most documents are, and copying them directly saves a second decoding pass.
+// no escapes, no control characters (the body is already known to be valid UTF-8). Most
+// documents are, and copying them directly saves a second decoding pass.
 func plainJSONString(raw []byte) bool {
 	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
 		return false
 	}
-	body := raw[1 : len(raw)-1]
-	for _, c := range body {
+	for _, c := range raw[1 : len(raw)-1] {
 		if c == '\\' || c == '"' || c < 0x20 {
 			return false
 		}
 	}
-	return utf8.Valid(body)
+	return true
 }
 
 func jsonKind(c byte) string {
@@ -148,36 +184,29 @@ func jsonKind(c byte) string {
 	}
 }
 
-// rankedResult is one scored item in rerank order.
-type rankedResult struct {
-	Index int
-	Score float64
-}
-
-// rank returns the scored items best first (ties by input order), cut to topN when topN > 0.
-// Items the core reports as not scored (too long, failed, non-finite score) are left out: a rerank client cannot
-// tell a missing score from a low one otherwise.
-func rank(resp *relevancev1.ScoreResponse, n int, topN uint32) ([]rankedResult, error) {
+// rankedResults lists the core's ranking (best first, cut to top_n, unscored items left out:
+// ScoreResponse.ranking) as rerank results, with the documents' texts when withDocs.
+func rankedResults(resp *relevancev1.ScoreResponse, texts []string, withDocs bool) ([]rerankResult, error) {
 	scores := resp.GetScores()
-	if len(scores) != n {
-		return nil, fmt.Errorf("core returned %d scores for %d documents", len(scores), n)
+	if len(scores) != len(texts) {
+		return nil, fmt.Errorf("core returned %d scores for %d documents", len(scores), len(texts))
 	}
-	out := make([]rankedResult, 0, n)
-	for i, s := range scores {
-		switch s.GetStatus() {
-		case relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG, relevancev1.ItemStatus_ITEM_STATUS_FAILED:
+	out := make([]rerankResult, 0, len(resp.GetRanking()))
+	for _, i := range resp.GetRanking() {
+		if int(i) >= len(scores) {
+			return nil, fmt.Errorf("core ranked item %d of %d", i, len(scores))
+		}
+		v := scores[i].GetScore()
+		// A NaN or infinite score cannot be written as JSON. The core refuses node replies that
+		// hold one; should one get through, the item is left out as if unscored.
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			continue
 		}
-		// A NaN or infinite score cannot be ranked (NaN compares false and breaks the sort)
-		// nor written as JSON: treat it as not scored.
-		if v := float64(s.GetScore()); math.IsNaN(v) || math.IsInf(v, 0) {
-			continue
+		r := rerankResult{Index: int(i), RelevanceScore: shortFloat(v)}
+		if withDocs {
+			r.Document = &rerankDocument{Text: texts[i]}
 		}
-		out = append(out, rankedResult{Index: i, Score: shortFloat(s.GetScore())})
-	}
-	sort.SliceStable(out, func(a, b int) bool { return out[a].Score > out[b].Score })
-	if topN > 0 && int(topN) < len(out) {
-		out = out[:topN]
+		out = append(out, r)
 	}
 	return out, nil
 }
@@ -238,15 +267,4 @@ type cohereBilledUnits struct {
 // searchUnits follows Cohere's billing rule: one search unit per query with up to 100 documents.
 func searchUnits(docs int) int {
 	return max(1, (docs+99)/100)
-}
-
-func buildResults(ranked []rankedResult, texts []string, withDocs bool) []rerankResult {
-	out := make([]rerankResult, len(ranked))
-	for i, r := range ranked {
-		out[i] = rerankResult{Index: r.Index, RelevanceScore: r.Score}
-		if withDocs {
-			out[i].Document = &rerankDocument{Text: texts[r.Index]}
-		}
-	}
-	return out
 }

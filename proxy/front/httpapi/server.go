@@ -4,7 +4,12 @@
 //
 // /v1/score speaks the proto3 JSON mapping (protojson: snake_case names, enums by name, 64-bit
 // integers as strings, zero values emitted). The rerank routes accept documents as strings or
-// {"text": …} objects and ignore unknown fields; errors name the field: 400 for malformed JSON,
+// {"text": …} objects. Unknown fields are ignored everywhere; unknown enum names are not.
+//
+// The front only decodes: the request contract is the core's (proxy/request), and so is the
+// ranking (ScoreResponse.ranking, which the rerank routes return as it is). Errors name the field
+// in the route's vocabulary ("documents[2]" on the rerank routes for the core's "items[2].text"):
+// 400 for a body that is not the JSON expected (malformed, a wrong type, invalid UTF-8 anywhere),
 // 422 for a well-formed body with a bad value, 413 over http.max_body_bytes; core errors map as
 // in front.Classify. /v2/* answers errors as Cohere does ({"message"}), the rest as
 // {"error": {"message", "type", "code"}}.
@@ -27,6 +32,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -36,10 +42,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/front"
+	"github.com/relevance-scoring/relevance/proxy/request"
 )
 
 // Headers the front reads.
@@ -85,16 +91,14 @@ type Server struct {
 type route struct {
 	name    string
 	methods []string
-	// cohere selects the Cohere error shape {"message": …}.
-	cohere bool
-	serve  func(s *Server, ctx *fasthttp.RequestCtx, rt *route)
+	serve   func(s *Server, ctx *fasthttp.RequestCtx, rt *route)
+	// errShape shapes the route's error replies (genericError or cohereError).
+	errShape func(front.Failure) any
+	// vocab names the core's fields as the route's clients know them; nil keeps the canonical names.
+	vocab vocabulary
+	// rerank is the rerank API the route speaks; nil on other routes.
+	rerank *rerankDialect
 }
-
-var (
-	scoreUnmarshal = protojson.UnmarshalOptions{DiscardUnknown: true}
-	// EmitUnpopulated: an item's index 0 or score 0 must appear rather than vanish.
-	scoreMarshal = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
-)
 
 // New builds the HTTP front. It does not listen; call Serve.
 func New(cfg Config, opts Options) (*Server, error) {
@@ -120,14 +124,15 @@ func New(cfg Config, opts Options) (*Server, error) {
 	s.routes = map[string]*route{}
 	for _, rt := range []*route{
 		{name: "/v1/score", methods: post, serve: (*Server).serveScore},
-		{name: "/v1/rerank", methods: post, serve: (*Server).serveJina},
-		{name: "/rerank", methods: post, serve: (*Server).serveJina},
-		{name: "/v2/rerank", methods: post, cohere: true, serve: (*Server).serveCohere},
+		{name: "/v1/rerank", methods: post, serve: (*Server).serveRerank, vocab: rerankVocabulary, rerank: jinaDialect},
+		{name: "/rerank", methods: post, serve: (*Server).serveRerank, vocab: rerankVocabulary, rerank: jinaDialect},
+		{name: "/v2/rerank", methods: post, serve: (*Server).serveRerank, vocab: rerankVocabulary, rerank: cohereDialect},
 		{name: "/healthz", methods: get, serve: (*Server).serveHealthz},
 		{name: "/readyz", methods: get, serve: (*Server).serveReadyz},
 		{name: "/metrics", methods: get, serve: (*Server).serveMetrics},
 		{name: "/v1/nodes", methods: get, serve: (*Server).serveNodes},
 	} {
+		rt.errShape = errorShape(rt.name)
 		s.routes[rt.name] = rt
 	}
 	s.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(opts.Gatherer,
@@ -179,19 +184,20 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		if r := recover(); r != nil {
 			s.log.Error("panic in HTTP handler", "route", name, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 			ctx.Response.Reset()
-			s.writeError(ctx, rt != nil && rt.cohere, front.Failure{HTTPStatus: http.StatusInternalServerError, Type: "internal_error", Message: "internal error"})
+			s.writeError(ctx, errorShape(name), front.Failure{HTTPStatus: http.StatusInternalServerError, Type: "internal_error", Message: "internal error"})
 		}
 		s.opts.Metrics.ObserveHTTP(name, ctx.Response.StatusCode(), time.Since(start))
 	}()
 	if rt == nil {
-		s.writeError(ctx, isCohere(ctx.Path()), front.Failure{HTTPStatus: http.StatusNotFound, Type: "not_found",
+		s.writeError(ctx, errorShape(string(ctx.Path())), front.Failure{HTTPStatus: http.StatusNotFound, Type: "not_found",
 			Message: fmt.Sprintf("no route for %s %s", ctx.Method(), ctx.Path())})
 		return
 	}
-	if !allowed(rt.methods, ctx.Method()) {
-		ctx.Response.Header.Set("Allow", joinMethods(rt.methods))
-		s.writeError(ctx, rt.cohere, front.Failure{HTTPStatus: http.StatusMethodNotAllowed, Type: "method_not_allowed",
-			Message: fmt.Sprintf("method %s not allowed on %s; use %s", ctx.Method(), rt.name, joinMethods(rt.methods))})
+	if !slices.Contains(rt.methods, string(ctx.Method())) {
+		allow := strings.Join(rt.methods, ", ")
+		ctx.Response.Header.Set("Allow", allow)
+		s.writeError(ctx, rt.errShape, front.Failure{HTTPStatus: http.StatusMethodNotAllowed, Type: "method_not_allowed",
+			Message: fmt.Sprintf("method %s not allowed on %s; use %s", ctx.Method(), rt.name, allow)})
 		return
 	}
 	rt.serve(s, ctx, rt)
@@ -218,18 +224,14 @@ func (s *Server) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 	if rt := s.routes[string(ctx.Path())]; rt != nil {
 		name = rt.name
 	}
-	s.writeError(ctx, isCohere(ctx.Path()), f)
+	s.writeError(ctx, errorShape(string(ctx.Path())), f)
 	s.opts.Metrics.ObserveHTTP(name, f.HTTPStatus, 0)
 }
 
 func (s *Server) serveScore(ctx *fasthttp.RequestCtx, rt *route) {
-	req := &relevancev1.ScoreRequest{}
-	if err := scoreUnmarshal.Unmarshal(ctx.PostBody(), req); err != nil {
-		s.writeError(ctx, false, badRequest("invalid JSON body: "+err.Error()))
-		return
-	}
-	if err := validateScore(req); err != nil {
-		s.writeError(ctx, false, unprocessable(err))
+	req, err := decodeScore(ctx.PostBody())
+	if err != nil {
+		s.writeError(ctx, rt.errShape, failureOf(err))
 		return
 	}
 	resp, ok := s.score(ctx, rt, req)
@@ -247,32 +249,22 @@ func (s *Server) serveScore(ctx *fasthttp.RequestCtx, rt *route) {
 	s.writeJSONBytes(ctx, http.StatusOK, b)
 }
 
-func validateScore(req *relevancev1.ScoreRequest) error {
-	switch {
-	case req.GetQuery() == "":
-		return fieldErr("query", "must not be empty")
-	case len(req.GetItems()) == 0:
-		return fieldErr("items", "must not be empty")
-	}
-	for i, it := range req.GetItems() {
-		if it == nil {
-			return fieldErr(fmt.Sprintf("items[%d]", i), "must not be null")
-		}
-	}
-	return nil
-}
-
-func (s *Server) serveJina(ctx *fasthttp.RequestCtx, rt *route) {
+// serveRerank serves every rerank API; rt.rerank holds what tells them apart.
+func (s *Server) serveRerank(ctx *fasthttp.RequestCtx, rt *route) {
 	req, texts, rr, err := parseRerank(ctx.PostBody())
 	if err != nil {
-		s.writeError(ctx, false, failureOf(err))
+		s.writeError(ctx, rt.errShape, failureOf(err))
 		return
 	}
 	resp, ok := s.score(ctx, rt, req)
 	if !ok {
 		return
 	}
-	ranked, err := rank(resp, len(texts), req.GetTopN())
+	withDocs := rt.rerank.returnDocuments
+	if rr.ReturnDocuments != nil {
+		withDocs = *rr.ReturnDocuments
+	}
+	results, err := rankedResults(resp, texts, withDocs)
 	if err != nil {
 		s.internalError(ctx, rt, err)
 		return
@@ -281,41 +273,9 @@ func (s *Server) serveJina(ctx *fasthttp.RequestCtx, rt *route) {
 	if model == "" {
 		model = resp.GetModel()
 	}
-	withDocs := rr.ReturnDocuments == nil || *rr.ReturnDocuments // Jina and vLLM return them by default
-	out := jinaResponse{
-		ID:      s.responseID(req, resp),
-		Model:   model,
-		Results: buildResults(ranked, texts, withDocs),
-		Usage:   jinaUsage{PromptTokens: resp.GetUsage().GetPromptTokens(), TotalTokens: resp.GetUsage().GetPromptTokens()},
-	}
-	s.writeJSON(ctx, rt, http.StatusOK, out)
-}
-
-func (s *Server) serveCohere(ctx *fasthttp.RequestCtx, rt *route) {
-	req, texts, rr, err := parseRerank(ctx.PostBody())
-	if err != nil {
-		s.writeError(ctx, true, failureOf(err))
-		return
-	}
-	resp, ok := s.score(ctx, rt, req)
-	if !ok {
-		return
-	}
-	ranked, err := rank(resp, len(texts), req.GetTopN())
-	if err != nil {
-		s.internalError(ctx, rt, err)
-		return
-	}
-	withDocs := rr.ReturnDocuments != nil && *rr.ReturnDocuments // Cohere v2 returns none by default
-	out := cohereResponse{
-		ID:      s.responseID(req, resp),
-		Results: buildResults(ranked, texts, withDocs),
-		Meta: cohereMeta{
-			APIVersion:  cohereAPIVersion{Version: "2"},
-			BilledUnits: cohereBilledUnits{SearchUnits: searchUnits(len(texts))},
-		},
-	}
-	s.writeJSON(ctx, rt, http.StatusOK, out)
+	s.writeJSON(ctx, rt, http.StatusOK, rt.rerank.reply(rerankReply{
+		id: s.responseID(req, resp), model: model, results: results, documents: len(texts), usage: resp.GetUsage(),
+	}))
 }
 
 // score runs req on the core under the request's budget. On failure it has written the error
@@ -324,7 +284,7 @@ func (s *Server) score(ctx *fasthttp.RequestCtx, rt *route, req *relevancev1.Sco
 	if h := ctx.Request.Header.Peek(HeaderTimeout); len(h) > 0 {
 		ms, err := strconv.ParseUint(string(h), 10, 32)
 		if err != nil || ms == 0 {
-			s.writeError(ctx, rt.cohere, badRequest(fmt.Sprintf("%s: must be a positive integer of milliseconds, got %q", HeaderTimeout, h)))
+			s.writeError(ctx, rt.errShape, failureOf(malformed(HeaderTimeout, "must be a positive integer of milliseconds, got %q", h)))
 			return nil, false
 		}
 		req.TimeoutMs = uint32(ms)
@@ -344,8 +304,8 @@ func (s *Server) score(ctx *fasthttp.RequestCtx, rt *route, req *relevancev1.Sco
 	}
 	if err != nil {
 		f := front.Classify(err)
-		if f.HTTPStatus == http.StatusUnprocessableEntity && rt.name != "/v1/score" {
-			f.Message = documentsField(f.Message)
+		if field, problem, ok := request.Violation(err); ok {
+			f.Message = rt.vocab.name(field) + ": " + problem
 		}
 		if f.HTTPStatus == front.StatusClientClosed && s.baseCtx.Err() != nil {
 			// fasthttp does not cancel on disconnect: a cancellation here is the drain's, and
@@ -355,7 +315,7 @@ func (s *Server) score(ctx *fasthttp.RequestCtx, rt *route, req *relevancev1.Sco
 		if f.HTTPStatus >= 500 && f.HTTPStatus != http.StatusServiceUnavailable && f.HTTPStatus != http.StatusGatewayTimeout {
 			s.log.Error("score failed", "route", rt.name, "request_id", req.GetRequestId(), "err", err)
 		}
-		s.writeError(ctx, rt.cohere, f)
+		s.writeError(ctx, rt.errShape, f)
 		return nil, false
 	}
 	if id := resp.GetRequestId(); id != "" {
@@ -364,19 +324,6 @@ func (s *Server) score(ctx *fasthttp.RequestCtx, rt *route, req *relevancev1.Sco
 		ctx.Response.Header.Set(HeaderRequestID, id)
 	}
 	return resp, true
-}
-
-// documentsField renames the core's "items…" field in a message to the rerank APIs' name:
-// "items[3].text: …" → "documents[3]: …", "items: …" → "documents: …".
-func documentsField(msg string) string {
-	rest, ok := strings.CutPrefix(msg, "items")
-	if !ok {
-		return msg
-	}
-	if i := strings.Index(rest, ":"); i >= 0 {
-		rest = strings.Replace(rest[:i], ".text", "", 1) + rest[i:]
-	}
-	return "documents" + rest
 }
 
 // responseID is the core's request id, else the caller's, else a fresh one.
@@ -436,7 +383,7 @@ func (s *Server) writeJSONBytes(ctx *fasthttp.RequestCtx, code int, b []byte) {
 
 func (s *Server) internalError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 	s.log.Error("internal error", "route", rt.name, "err", err)
-	s.writeError(ctx, rt.cohere, front.Failure{HTTPStatus: http.StatusInternalServerError, Type: "internal_error", Message: "internal error: " + err.Error()})
+	s.writeError(ctx, rt.errShape, front.Failure{HTTPStatus: http.StatusInternalServerError, Type: "internal_error", Message: "internal error: " + err.Error()})
 }
 
 // errorBody is the error shape outside /v2: {"error": {"message", "type", "code"}}.
@@ -455,12 +402,24 @@ type cohereErrorBody struct {
 	Message string `json:"message"`
 }
 
-func (s *Server) writeError(ctx *fasthttp.RequestCtx, cohere bool, f front.Failure) {
-	var v any = errorBody{Error: errorDetail{Message: f.Message, Type: f.Type, Code: f.HTTPStatus}}
-	if cohere {
-		v = cohereErrorBody{Message: f.Message}
+// genericError is the error shape outside /v2.
+func genericError(f front.Failure) any {
+	return errorBody{Error: errorDetail{Message: f.Message, Type: f.Type, Code: f.HTTPStatus}}
+}
+
+// cohereError is Cohere's error shape, for /v2.
+func cohereError(f front.Failure) any { return cohereErrorBody{Message: f.Message} }
+
+// errorShape is the error shape for a path, served or not.
+func errorShape(path string) func(front.Failure) any {
+	if strings.HasPrefix(path, "/v2/") {
+		return cohereError
 	}
-	b, err := json.Marshal(v)
+	return genericError
+}
+
+func (s *Server) writeError(ctx *fasthttp.RequestCtx, shape func(front.Failure) any, f front.Failure) {
+	b, err := json.Marshal(shape(f))
 	if err != nil { // strings always encode; keep a valid body regardless
 		b = []byte(`{"message":"internal error"}`)
 	}
@@ -470,86 +429,14 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, cohere bool, f front.Failu
 	s.writeJSONBytes(ctx, f.HTTPStatus, b)
 }
 
-func isCohere(path []byte) bool {
-	return len(path) >= 4 && string(path[:4]) == "/v2/"
-}
-
-func allowed(methods []string, m []byte) bool {
-	for _, x := range methods {
-		if x == string(m) {
-			return true
-		}
-	}
-	return false
-}
-
-func joinMethods(ms []string) string {
-	out := ""
-	for i, m := range ms {
-		if i > 0 {
-			out += ", "
-		}
-		out += m
-	}
-	return out
-}
-
-// fieldError is a semantic error in a well-formed body (422); its message names the field.
-type fieldError struct{ field, problem string }
-
-func (e *fieldError) Error() string { return e.field + ": " + e.problem }
-
-func fieldErr(field, problem string) error { return &fieldError{field: field, problem: problem} }
-
-// syntaxError is a body that is not the JSON the route expects (400).
-type syntaxError struct{ msg string }
-
-func (e *syntaxError) Error() string { return e.msg }
-
-// jsonError names the problem in an encoding/json error: the byte offset of a syntax error, or
-// the field and types of a type mismatch.
-func jsonError(err error) error {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return &syntaxError{fmt.Sprintf("invalid JSON body at byte %d: %v", se.Offset, se)}
-	case errors.As(err, &te) && te.Field != "":
-		return &syntaxError{fmt.Sprintf("%s: must be %s, got %s", te.Field, jsonTypeName(te.Type.Kind().String()), te.Value)}
-	case errors.As(err, &te):
-		return &syntaxError{fmt.Sprintf("request body: must be a JSON object, got %s", te.Value)}
-	}
-	return &syntaxError{"invalid JSON body: " + err.Error()}
-}
-
-func jsonTypeName(kind string) string {
-	switch kind {
-	case "string":
-		return "a string"
-	case "bool":
-		return "a boolean"
-	case "slice":
-		return "an array"
-	case "struct", "map":
-		return "an object"
-	}
-	return "a number"
-}
-
-func badRequest(msg string) front.Failure {
-	return front.Failure{HTTPStatus: http.StatusBadRequest, Type: "invalid_request_error", Message: msg}
-}
-
-func unprocessable(err error) front.Failure {
-	return front.Failure{HTTPStatus: http.StatusUnprocessableEntity, Type: "invalid_request_error", Message: err.Error()}
-}
-
+// failureOf is the reply to a body the front could not decode.
 func failureOf(err error) front.Failure {
-	var fe *fieldError
-	if errors.As(err, &fe) {
-		return unprocessable(err)
+	status := http.StatusBadRequest
+	var bi *badInput
+	if errors.As(err, &bi) {
+		status = bi.status
 	}
-	return badRequest(err.Error())
+	return front.Failure{HTTPStatus: status, Type: "invalid_request_error", Message: err.Error()}
 }
 
 // fasthttpLogger sends fasthttp's own log lines to slog.

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,13 +13,14 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
@@ -30,6 +32,7 @@ import (
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/front"
+	"github.com/relevance-scoring/relevance/proxy/request"
 )
 
 func TestMain(m *testing.M) {
@@ -58,7 +61,11 @@ var testScores = map[string]float32{
 	"cherry": 0.5,
 }
 
-// fakeCore scores from testScores, counts 10 prompt tokens per item, and records requests.
+// testLimits are the proxy's default limits.
+var testLimits = request.Limits{MaxItems: 1000, MaxItemBytes: 32 << 10, MaxQueryBytes: 8 << 10}
+
+// fakeCore validates requests as the core does (request.Validate), scores from testScores,
+// counts 10 prompt tokens per item, ranks as the core does, and records requests.
 type fakeCore struct {
 	ready atomic.Bool
 	// fn, when set, replaces the default scoring.
@@ -80,6 +87,9 @@ func (c *fakeCore) Score(ctx context.Context, req *relevancev1.ScoreRequest) (*r
 	c.mu.Lock()
 	c.got = append(c.got, req)
 	c.mu.Unlock()
+	if err := request.Validate(req, testLimits); err != nil {
+		return nil, err
+	}
 	if c.fn != nil {
 		return c.fn(ctx, req)
 	}
@@ -106,6 +116,26 @@ func defaultScores(req *relevancev1.ScoreRequest) *relevancev1.ScoreResponse {
 		}
 		resp.Scores = append(resp.Scores, &relevancev1.ItemScore{Index: uint32(i), Id: it.GetId(), Score: s,
 			Status: relevancev1.ItemStatus_ITEM_STATUS_OK, Tokens: 10})
+	}
+	return withRanking(resp, req.GetTopN())
+}
+
+// withRanking fills resp.Ranking as the core does: the items whose status is not TOO_LONG or
+// FAILED, best first, ties by lower index, cut to topN when > 0.
+func withRanking(resp *relevancev1.ScoreResponse, topN uint32) *relevancev1.ScoreResponse {
+	resp.Ranking = nil
+	for i, s := range resp.GetScores() {
+		switch s.GetStatus() {
+		case relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG, relevancev1.ItemStatus_ITEM_STATUS_FAILED:
+		default:
+			resp.Ranking = append(resp.Ranking, uint32(i))
+		}
+	}
+	slices.SortStableFunc(resp.Ranking, func(a, b uint32) int {
+		return cmp.Compare(resp.Scores[b].GetScore(), resp.Scores[a].GetScore())
+	})
+	if topN > 0 && int(topN) < len(resp.Ranking) {
+		resp.Ranking = resp.Ranking[:topN]
 	}
 	return resp
 }
@@ -232,7 +262,7 @@ func TestCohereClientRequest(t *testing.T) {
 			"billed_units": map[string]any{"search_units": 1.0},
 		},
 	}
-	if d := cmp.Diff(want, decode(t, r.body)); d != "" {
+	if d := gocmp.Diff(want, decode(t, r.body)); d != "" {
 		t.Errorf("reply (-want +got):\n%s", d)
 	}
 	wantReq := &relevancev1.ScoreRequest{
@@ -242,7 +272,7 @@ func TestCohereClientRequest(t *testing.T) {
 	for _, d := range docs {
 		wantReq.Items = append(wantReq.Items, &relevancev1.Item{Text: d})
 	}
-	if d := cmp.Diff(wantReq, e.core.last(t), protocmp.Transform()); d != "" {
+	if d := gocmp.Diff(wantReq, e.core.last(t), protocmp.Transform()); d != "" {
 		t.Errorf("request to core (-want +got):\n%s", d)
 	}
 }
@@ -283,9 +313,9 @@ func TestRerank(t *testing.T) {
 				Items: []*relevancev1.Item{{Text: "apple"}, {Text: "banana"}, {Text: "cherry"}}},
 		},
 		{
-			name: "escapes and invalid UTF-8 decode like encoding/json",
+			name: "escapes decode like encoding/json",
 			path: "/v1/rerank",
-			body: "{\"query\":\"q\",\"documents\":[\"a\\\"b\\u00e9\\n\",\"x\xffy\",\"caf\u00e9\"],\"return_documents\":false}",
+			body: "{\"query\":\"q\",\"documents\":[\"a\\\"b\\u00e9\\n\",\"x\\ud800y\",\"caf\u00e9\"],\"return_documents\":false}",
 			want: map[string]any{"id": "req-fake", "model": "qwen3-reranker-tiny",
 				"results": []any{
 					map[string]any{"index": 0.0, "relevance_score": 0.01},
@@ -326,11 +356,11 @@ func TestRerank(t *testing.T) {
 			if r.code != 200 {
 				t.Fatalf("status %d: %s", r.code, r.body)
 			}
-			if d := cmp.Diff(tc.want, decode(t, r.body)); d != "" {
+			if d := gocmp.Diff(tc.want, decode(t, r.body)); d != "" {
 				t.Errorf("reply (-want +got):\n%s", d)
 			}
 			if tc.wantCore != nil {
-				if d := cmp.Diff(tc.wantCore, e.core.last(t), protocmp.Transform()); d != "" {
+				if d := gocmp.Diff(tc.wantCore, e.core.last(t), protocmp.Transform()); d != "" {
 					t.Errorf("request to core (-want +got):\n%s", d)
 				}
 			}
@@ -344,13 +374,13 @@ func TestRerankSkipsUnscoredItems(t *testing.T) {
 		resp := defaultScores(req)
 		resp.Scores[1].Status = relevancev1.ItemStatus_ITEM_STATUS_FAILED
 		resp.Scores[1].Score = 0
-		return resp, nil
+		return withRanking(resp, req.GetTopN()), nil
 	}
 	e := startServer(t, DefaultConfig(), core, nil)
 	r := e.do(t, "POST", "/v1/rerank", `{"query":"q","documents":["apple","banana","cherry"],"return_documents":false}`, nil)
 	got := decode(t, r.body)["results"]
 	want := []any{map[string]any{"index": 2.0, "relevance_score": 0.5}, map[string]any{"index": 0.0, "relevance_score": 0.2}}
-	if d := cmp.Diff(want, got); d != "" {
+	if d := gocmp.Diff(want, got); d != "" {
 		t.Errorf("results (-want +got):\n%s", d)
 	}
 }
@@ -387,7 +417,7 @@ func TestScore(t *testing.T) {
 	want := &relevancev1.ScoreRequest{RequestId: "abc", Query: "fruit", TopN: 1, TimeoutMs: 250,
 		Items:   []*relevancev1.Item{{Id: "a", Text: "apple"}, {Id: "b", Text: "banana"}},
 		Options: &relevancev1.ScoreOptions{Truncation: relevancev1.Truncation_TRUNCATION_END, ReturnTimings: true}}
-	if d := cmp.Diff(want, e.core.last(t), protocmp.Transform()); d != "" {
+	if d := gocmp.Diff(want, e.core.last(t), protocmp.Transform()); d != "" {
 		t.Errorf("request to core (-want +got):\n%s", d)
 	}
 }
@@ -481,11 +511,13 @@ func TestErrors(t *testing.T) {
 		{name: "score malformed", method: "POST", path: "/v1/score", body: `{"query":5}`,
 			want: want{code: 400}},
 		{name: "empty documents", method: "POST", path: "/v1/rerank", body: `{"query":"q","documents":[]}`,
-			want: want{code: 422, body: errShape(422, "invalid_request_error", "documents: must not be empty")}},
+			want: want{code: 422, body: errShape(422, "invalid_request_error", "documents: empty")}},
 		{name: "missing documents cohere", method: "POST", path: "/v2/rerank", body: `{"model":"m","query":"q"}`,
 			want: want{code: 422, body: cohere("documents: is required")}},
 		{name: "empty query", method: "POST", path: "/v2/rerank", body: `{"query":"","documents":["a"]}`,
-			want: want{code: 422, body: cohere("query: must not be empty")}},
+			want: want{code: 422, body: cohere("query: empty")}},
+		{name: "missing query", method: "POST", path: "/v1/rerank", body: `{"documents":["a"]}`,
+			want: want{code: 422, body: errShape(422, "invalid_request_error", "query: is required")}},
 		{name: "negative top_n", method: "POST", path: "/v1/rerank", body: `{"query":"q","documents":["a"],"top_n":-1}`,
 			want: want{code: 422, body: errShape(422, "invalid_request_error", "top_n: must be >= 0, got -1")}},
 		{name: "bad max_tokens_per_doc", method: "POST", path: "/v2/rerank", body: `{"query":"q","documents":["a"],"max_tokens_per_doc":0}`,
@@ -497,12 +529,14 @@ func TestErrors(t *testing.T) {
 		{name: "number document", method: "POST", path: "/v1/rerank", body: `{"query":"q","documents":[3]}`,
 			want: want{code: 422, body: errShape(422, "invalid_request_error", "documents[0]: must be a string or an object with a text field, got a number")}},
 		{name: "score empty items", method: "POST", path: "/v1/score", body: `{"query":"q"}`,
-			want: want{code: 422, body: errShape(422, "invalid_request_error", "items: must not be empty")}},
+			want: want{code: 422, body: errShape(422, "invalid_request_error", "items: empty")}},
+		{name: "score null item", method: "POST", path: "/v1/score", body: `{"query":"q","items":[{"text":"a"},null]}`,
+			want: want{code: 400, body: errShape(400, "invalid_request_error", "items[1]: must not be null")}},
 		{name: "bad timeout header", method: "POST", path: "/v1/rerank", body: `{"query":"q","documents":["a"]}`,
 			header: map[string]string{HeaderTimeout: "soon"},
 			want:   want{code: 400, body: errShape(400, "invalid_request_error", `X-Request-Timeout-Ms: must be a positive integer of milliseconds, got "soon"`)}},
 		{name: "core invalid argument", method: "POST", path: "/v1/rerank", body: `{"query":"q","documents":["a"]}`,
-			coreErr: status.Error(codes.InvalidArgument, "items[0].text: invalid UTF-8"),
+			coreErr: request.FieldError("items[0].text", "invalid UTF-8"),
 			want:    want{code: 422, body: errShape(422, "invalid_request_error", "documents[0]: invalid UTF-8")}},
 		{name: "core overloaded", method: "POST", path: "/v2/rerank", body: `{"query":"q","documents":["a"]}`,
 			coreErr: retryInfoErr(t, codes.ResourceExhausted, "projected completion 900ms exceeds deadline 500ms", 1500*time.Millisecond),
@@ -561,7 +595,7 @@ func TestErrors(t *testing.T) {
 			}
 			got := decode(t, r.body)
 			if tc.want.body != nil {
-				if d := cmp.Diff(tc.want.body, got); d != "" {
+				if d := gocmp.Diff(tc.want.body, got); d != "" {
 					t.Errorf("body (-want +got):\n%s", d)
 				}
 			} else if msg, _ := got["error"].(map[string]any)["message"].(string); msg == "" {
@@ -638,7 +672,7 @@ func TestBodyTooLarge(t *testing.T) {
 			if r.code != 413 {
 				t.Fatalf("status = %d, want 413: %s", r.code, r.body)
 			}
-			if d := cmp.Diff(tc.want, decode(t, r.body)); d != "" {
+			if d := gocmp.Diff(tc.want, decode(t, r.body)); d != "" {
 				t.Errorf("body (-want +got):\n%s", d)
 			}
 		})
@@ -728,7 +762,7 @@ func TestRequestOutlivesHandler(t *testing.T) {
 		for _, it := range req.GetItems() {
 			got.docs = append(got.docs, it.GetText())
 		}
-		if d := cmp.Diff(s, got, cmp.AllowUnexported(sent{})); d != "" {
+		if d := gocmp.Diff(s, got, gocmp.AllowUnexported(sent{})); d != "" {
 			t.Errorf("kept request changed after its handler returned (-sent +kept):\n%s", d)
 		}
 	}
@@ -998,7 +1032,7 @@ func TestRerankNonFiniteScore(t *testing.T) {
 	core.fn = func(ctx context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
 		resp := defaultScores(req)
 		resp.Scores[1].Score = float32(math.NaN())
-		return resp, nil
+		return withRanking(resp, req.GetTopN()), nil
 	}
 	e := startServer(t, DefaultConfig(), core, nil)
 	for _, path := range []string{"/v1/rerank", "/v2/rerank"} {
@@ -1008,36 +1042,90 @@ func TestRerankNonFiniteScore(t *testing.T) {
 		}
 		got := decode(t, r.body)["results"]
 		want := []any{map[string]any{"index": 2.0, "relevance_score": 0.5}, map[string]any{"index": 0.0, "relevance_score": 0.2}}
-		if d := cmp.Diff(want, got); d != "" {
+		if d := gocmp.Diff(want, got); d != "" {
 			t.Errorf("%s results (-want +got):\n%s", path, d)
 		}
 	}
 }
 
-// TestRerankErrorsNameDocuments: the core names items; a rerank client sent "documents", so the
-// 422 names the field it knows.
+// TestRerankErrorsNameDocuments: the core names its fields canonically ("items[1].text"); a rerank
+// client sent "documents", so the 422 names the field it knows, from the route's vocabulary.
+// /v1/score speaks the canonical names.
 func TestRerankErrorsNameDocuments(t *testing.T) {
 	core := newFakeCore()
 	e := startServer(t, DefaultConfig(), core, nil)
-	for _, tc := range []struct{ core, want string }{
-		{"items[1].text: 40000 bytes, limit 32768", "documents[1]: 40000 bytes, limit 32768"},
-		{"items: 1001 items, limit 1000", "documents: 1001 items, limit 1000"},
-		{"query: empty", "query: empty"},
+	for _, tc := range []struct {
+		coreErr         error
+		want, wantScore string
+	}{
+		{request.FieldError("items[1].text", "40000 bytes, limit 32768"), "documents[1]: 40000 bytes, limit 32768", "items[1].text: 40000 bytes, limit 32768"},
+		{request.FieldError("items", "1001 items, limit 1000"), "documents: 1001 items, limit 1000", "items: 1001 items, limit 1000"},
+		{request.FieldError("items[0]", "missing"), "documents[0]: missing", "items[0]: missing"},
+		{request.FieldError("options.max_tokens_per_item", "too many"), "max_tokens_per_doc: too many", "options.max_tokens_per_item: too many"},
+		{request.FieldError("query", "empty"), "query: empty", "query: empty"},
+		// An INVALID_ARGUMENT without a field violation names no field: its message is passed on as it is.
+		{status.Error(codes.InvalidArgument, "items[1].text: odd"), "items[1].text: odd", "items[1].text: odd"},
 	} {
 		core.fn = func(context.Context, *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
-			return nil, status.Error(codes.InvalidArgument, tc.core)
+			return nil, tc.coreErr
 		}
 		r := e.do(t, "POST", "/v2/rerank", `{"query":"q","documents":["a","b"]}`, nil)
 		if got := decode(t, r.body)["message"]; r.code != 422 || got != tc.want {
-			t.Errorf("/v2/rerank core %q: %d %v, want 422 %q", tc.core, r.code, got, tc.want)
+			t.Errorf("/v2/rerank core %v: %d %v, want 422 %q", tc.coreErr, r.code, got, tc.want)
 		}
 		r = e.do(t, "POST", "/v1/rerank", `{"query":"q","documents":["a","b"]}`, nil)
 		if got := decode(t, r.body)["error"].(map[string]any)["message"]; r.code != 422 || got != tc.want {
-			t.Errorf("/v1/rerank core %q: %d %v, want 422 %q", tc.core, r.code, got, tc.want)
+			t.Errorf("/v1/rerank core %v: %d %v, want 422 %q", tc.coreErr, r.code, got, tc.want)
 		}
 		r = e.do(t, "POST", "/v1/score", `{"query":"q","items":[{"text":"a"}]}`, nil)
-		if got := decode(t, r.body)["error"].(map[string]any)["message"]; got != tc.core {
-			t.Errorf("/v1/score core %q: %v, want it unchanged", tc.core, got)
+		if got := decode(t, r.body)["error"].(map[string]any)["message"]; r.code != 422 || got != tc.wantScore {
+			t.Errorf("/v1/score core %v: %d %v, want 422 %q", tc.coreErr, r.code, got, tc.wantScore)
 		}
+	}
+	// The same through the core's own validation (the fake runs request.Validate).
+	core.fn = nil
+	long := strings.Repeat("x", 40000)
+	r := e.do(t, "POST", "/v1/rerank", `{"query":"q","documents":["a",{"text":"`+long+`"}]}`, nil)
+	if got := decode(t, r.body)["error"].(map[string]any)["message"]; r.code != 422 || got != "documents[1]: 40000 bytes, limit 32768" {
+		t.Errorf("/v1/rerank long document: %d %v", r.code, got)
+	}
+	// A rerank body has no request_id: the core's "request_id" is the header the client sent.
+	r = e.do(t, "POST", "/v1/rerank", `{"query":"q","documents":["a"]}`, map[string]string{HeaderRequestID: "id\xff"})
+	if got := decode(t, r.body)["error"].(map[string]any)["message"]; r.code != 422 || got != "X-Request-Id: invalid UTF-8" {
+		t.Errorf("/v1/rerank bad request id header: %d %v", r.code, got)
+	}
+}
+
+// TestRerankFollowsCoreRanking: the rerank routes return the core's ranking as it is (order, cut,
+// what is left out); they do not sort again.
+func TestRerankFollowsCoreRanking(t *testing.T) {
+	core := newFakeCore()
+	core.fn = func(ctx context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
+		resp := defaultScores(req)
+		resp.Ranking = []uint32{0, 2} // apple 0.2 before cherry 0.5, banana 0.9 left out
+		return resp, nil
+	}
+	e := startServer(t, DefaultConfig(), core, nil)
+	want := []any{
+		map[string]any{"index": 0.0, "relevance_score": 0.2, "document": map[string]any{"text": "apple"}},
+		map[string]any{"index": 2.0, "relevance_score": 0.5, "document": map[string]any{"text": "cherry"}},
+	}
+	for _, path := range []string{"/v1/rerank", "/rerank", "/v2/rerank"} {
+		r := e.do(t, "POST", path, `{"query":"q","documents":["apple","banana","cherry"],"return_documents":true}`, nil)
+		if r.code != 200 {
+			t.Fatalf("%s: status %d: %s", path, r.code, r.body)
+		}
+		if d := gocmp.Diff(want, decode(t, r.body)["results"]); d != "" {
+			t.Errorf("%s results (-want +got):\n%s", path, d)
+		}
+	}
+	// A ranking that points past the scores is the core's bug: 500, not a panic or a guess.
+	core.fn = func(ctx context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
+		resp := defaultScores(req)
+		resp.Ranking = []uint32{3}
+		return resp, nil
+	}
+	if r := e.do(t, "POST", "/v1/rerank", `{"query":"q","documents":["apple","banana","cherry"]}`, nil); r.code != 500 {
+		t.Errorf("ranking out of range: status %d, want 500: %s", r.code, r.body)
 	}
 }
