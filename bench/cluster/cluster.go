@@ -3,8 +3,11 @@
 // supervisor. It is what `make run` (bench cluster) and `bench compare` use.
 //
 // Children run in their own process groups and die with the supervisor (Pdeathsig on Linux). A
-// child that exits early is reported with its last log lines and the whole cluster stops. A
-// Cluster's methods are safe for concurrent use; Stop is idempotent.
+// child that exits during start-up is reported with its last log lines and the start fails. Once
+// running, Supervise keeps the cluster up: a scorer node that dies is reported and restarted with
+// the same arguments while the others keep serving (so failover can be watched on the default
+// cluster); the proxy dying ends it. A Cluster's methods are safe for concurrent use; Stop is
+// idempotent.
 package cluster
 
 import (
@@ -198,15 +201,20 @@ func (c *Config) Emulated() bool { return c.Nodes.Engine == "emulated" }
 type Node struct {
 	*Proc
 	GRPCAddr, HTTPAddr string
+	// args are the scorer's arguments, for a restart.
+	args []string
+	// Restarts counts how many times Supervise restarted it.
+	Restarts int
 }
 
 // Cluster is a set of running children.
 type Cluster struct {
-	cfg   Config
-	log   io.Writer
-	mu    sync.Mutex
-	nodes []Node
-	proxy *Proc
+	cfg      Config
+	log      io.Writer
+	mu       sync.Mutex
+	nodes    []Node
+	proxy    *Proc
+	stopping bool // set by Stop: no more restarts
 }
 
 // New returns a cluster for cfg (validated) that reports progress to log.
@@ -354,7 +362,7 @@ func (c *Cluster) StartNodes(ctx context.Context) error {
 			return err
 		}
 		c.mu.Lock()
-		c.nodes = append(c.nodes, Node{Proc: p, GRPCAddr: g, HTTPAddr: h})
+		c.nodes = append(c.nodes, Node{Proc: p, GRPCAddr: g, HTTPAddr: h, args: args})
 		c.mu.Unlock()
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadyTimeout)
@@ -449,6 +457,9 @@ func (c *Cluster) StopProxy() {
 
 // Stop stops the proxy, then the nodes (in parallel).
 func (c *Cluster) Stop() {
+	c.mu.Lock()
+	c.stopping = true
+	c.mu.Unlock()
 	c.StopProxy()
 	var wg sync.WaitGroup
 	for _, n := range c.Nodes() {
@@ -486,5 +497,88 @@ func (c *Cluster) Wait(ctx context.Context) error {
 		return nil
 	case p := <-died:
 		return errors.New(p.Describe())
+	}
+}
+
+// Supervise blocks until ctx ends (nil) or the proxy exits (an error carrying its last log lines).
+// A scorer node that exits meanwhile is reported with its last lines and restarted with the same
+// arguments (and ports) after a pause that starts at RestartDelay and doubles, up to 30 s, while
+// it keeps dying within a minute of its start; the other nodes keep serving, and the proxy's
+// health watch takes the node out of and back into traffic. Its previous log is kept as
+// node-i.log.1.
+func (c *Cluster) Supervise(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := range c.Nodes() {
+		wg.Go(func() { c.keepNode(ctx, i) })
+	}
+	c.mu.Lock()
+	p := c.proxy
+	c.mu.Unlock()
+	if p == nil {
+		<-ctx.Done()
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-p.Done():
+		return errors.New(p.Describe())
+	}
+}
+
+// RestartDelay is the first pause before a dead node is restarted.
+var RestartDelay = time.Second
+
+// keepNode restarts node i whenever it exits, until ctx ends or the cluster stops.
+func (c *Cluster) keepNode(ctx context.Context, i int) {
+	delay := RestartDelay
+	for {
+		c.mu.Lock()
+		nd := c.nodes[i]
+		c.mu.Unlock()
+		started := time.Now()
+		select {
+		case <-ctx.Done():
+			return
+		case <-nd.Done():
+		}
+		c.mu.Lock()
+		stopping := c.stopping
+		c.mu.Unlock()
+		if stopping {
+			return
+		}
+		if time.Since(started) > time.Minute {
+			delay = RestartDelay
+		}
+		fmt.Fprintf(c.log, "cluster: %s; restarting it in %v (the other nodes keep serving)\n", nd.Describe(), delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		delay = min(2*delay, 30*time.Second)
+		logPath := filepath.Join(c.cfg.LogDir, nd.Name+".log")
+		_ = os.Rename(logPath, logPath+".1")
+		c.mu.Lock()
+		if c.stopping {
+			c.mu.Unlock()
+			return
+		}
+		p, err := StartProc(nd.Name, c.bin("scorer"), nd.args, logPath)
+		if err != nil {
+			c.mu.Unlock()
+			fmt.Fprintf(c.log, "cluster: restart %s: %v\n", nd.Name, err)
+			continue // the old, exited process stays in place: Done is closed, so this retries after the next delay
+		}
+		c.nodes[i].Proc = p
+		c.nodes[i].Restarts++
+		c.mu.Unlock()
+		fmt.Fprintf(c.log, "cluster: %s restarted (pid %d)\n", nd.Name, p.Pid())
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -134,6 +135,87 @@ func TestClusterLifecycle(t *testing.T) {
 	if !strings.Contains(string(b), "scorer stopping") {
 		t.Errorf("node-0 was not stopped with SIGTERM first: log %q", b)
 	}
+}
+
+// TestSuperviseRestartsDeadNode: under Supervise a node that dies is restarted with the same
+// arguments while the proxy keeps answering; Stop afterwards leaves nothing running.
+func TestSuperviseRestartsDeadNode(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Nodes.Count = 2
+	defer func(d time.Duration) { RestartDelay = d }(RestartDelay)
+	RestartDelay = 10 * time.Millisecond
+	var log syncBuffer
+	c, err := New(cfg, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.StartNodes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartProxy(ctx, cfg.Proxy, "proxy"); err != nil {
+		t.Fatal(err)
+	}
+	sctx, stopSupervising := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Supervise(sctx) }()
+	old := c.Nodes()[1].Pid()
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for c.Nodes()[1].Restarts == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("Supervise returned %v after a node died; want it restarted", err)
+		case <-ctx.Done():
+			t.Fatalf("node-1 not restarted; log:\n%s", log.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	nd := c.Nodes()[1]
+	if nd.Pid() == old {
+		t.Fatal("restarted node has the old pid")
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	if err := WaitReady(rctx, nd.Proc, "http://"+nd.HTTPAddr+"/readyz"); err != nil {
+		t.Fatalf("restarted node not ready: %v", err)
+	}
+	if _, err := SelfTest(ctx, cfg.Proxy.HTTPAddr, 5*time.Second); err != nil {
+		t.Errorf("proxy after the restart: %v", err)
+	}
+	if !strings.Contains(log.String(), "node-1 exited") || !strings.Contains(log.String(), "node-1 restarted") {
+		t.Errorf("log %q: want the exit and the restart reported", log.String())
+	}
+	stopSupervising()
+	if err := <-done; err != nil {
+		t.Errorf("Supervise after cancel: %v", err)
+	}
+	c.Stop()
+	for _, n := range c.Nodes() {
+		if alive(n.Pid()) {
+			t.Errorf("%s (pid %d) alive after Stop", n.Name, n.Pid())
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the supervisor's and the test's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestEarlyExitReported(t *testing.T) {

@@ -113,8 +113,8 @@ func runCluster(args []string) error {
 	}
 	fmt.Printf("\n%s", cluster.Examples(cfg.Proxy.HTTPAddr, cfg.Proxy.GRPCAddr))
 	fmt.Fprintln(os.Stderr)
-	say("cluster: running; Ctrl-C stops everything.")
-	return c.Wait(ctx)
+	say("cluster: running; a node that dies is restarted; Ctrl-C stops everything.")
+	return c.Supervise(ctx)
 }
 
 func orDefault(s string) string {
