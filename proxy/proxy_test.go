@@ -716,7 +716,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no nodes", func(c *Config) { c.Nodes.Static = nil }, "proxy.nodes: need"},
 		{"bad addr", func(c *Config) { c.Nodes.Static = []string{"nope"} }, `proxy.nodes.static[0]: must be host:port`},
 		{"bad port", func(c *Config) { c.Nodes.Static = []string{"h:0"} }, `proxy.nodes.static[0]`},
-		{"split", func(c *Config) { c.Split.Strategy = "magic" }, `proxy.split.strategy: must be fixed or cost, got "magic"`},
+		{"split", func(c *Config) { c.Split.Strategy = "magic" }, `proxy.split.strategy: must be one of cost, fixed, got "magic"`},
 		{"route", func(c *Config) { c.Route.Strategy = "x" }, `proxy.route.strategy`},
 		{"max batch", func(c *Config) { c.Split.MaxBatchItems = -3 }, "proxy.split.max_batch_items: must be > 0, got -3"},
 		{"slo", func(c *Config) { c.SLO = 0 }, "proxy.slo: must be > 0, got 0s"},

@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"maps"
 	"math/rand/v2"
+	"slices"
+	"strings"
 
 	"github.com/relevance-scoring/relevance/proxy/route"
 	"github.com/relevance-scoring/relevance/proxy/route/leastloaded"
@@ -12,7 +15,9 @@ import (
 	"github.com/relevance-scoring/relevance/proxy/split/fixed"
 )
 
-// The one registration list of strategies, by configuration name (no init side effects).
+// The one registration list of strategies, by configuration name (no init side effects). A
+// strategy added here is accepted by Config.Validate, named in its error and in the flag help
+// of `proxy serve` (SplitStrategies, RouteStrategies), and built by New.
 
 var splitters = map[string]func(Config) split.Splitter{
 	fixed.Type: func(Config) split.Splitter { return fixed.New() },
@@ -24,3 +29,14 @@ var pickers = map[string]func(Config, route.Rand) route.Picker{
 	roundrobin.Type:  func(Config, route.Rand) route.Picker { return roundrobin.New(rand.Uint64()) },
 	leastloaded.Type: func(c Config, r route.Rand) route.Picker { return leastloaded.New(c.Route.FullScanMax, r) },
 }
+
+// SplitStrategies returns the names of the registered splitting strategies (split.strategy),
+// sorted.
+func SplitStrategies() []string { return slices.Sorted(maps.Keys(splitters)) }
+
+// RouteStrategies returns the names of the registered routing strategies (route.strategy),
+// sorted.
+func RouteStrategies() []string { return slices.Sorted(maps.Keys(pickers)) }
+
+// mustBeOneOf is Validate's complaint about a name not in names.
+func mustBeOneOf(names []string) string { return "must be one of " + strings.Join(names, ", ") }

@@ -4,6 +4,8 @@ import (
 	"flag"
 	"strings"
 	"time"
+
+	"github.com/relevance-scoring/relevance/proxy"
 )
 
 // Flags are the command-line flags of `proxy serve` (a contract the bench and cluster tools rely
@@ -33,8 +35,8 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.GRPCAddr, "grpc-addr", "", "gRPC listen address host:port (default 127.0.0.1:9090)")
 	fs.StringVar(&f.Nodes, "nodes", "", "comma-separated scorer node addresses host:port,host:port (replaces proxy.nodes.static)")
 	fs.StringVar(&f.DNS, "dns", "", "NAME:PORT re-resolved periodically to the scorer nodes (a headless service)")
-	fs.StringVar(&f.Split, "split", "", "splitting strategy: fixed or cost")
-	fs.StringVar(&f.Route, "route", "", "routing strategy: random, round_robin or least_loaded")
+	fs.StringVar(&f.Split, "split", "", "splitting strategy: one of "+strings.Join(proxy.SplitStrategies(), ", "))
+	fs.StringVar(&f.Route, "route", "", "routing strategy: one of "+strings.Join(proxy.RouteStrategies(), ", "))
 	fs.BoolVar(&f.Hedge, "hedge", false, "hedge straggling batches (--hedge=false turns it off)")
 	fs.DurationVar(&f.SLO, "slo", 0, "budget of a request that brings no deadline, e.g. 500ms")
 	fs.StringVar(&f.TokenCounter, "token-counter", "", "token counter: exact or estimate")

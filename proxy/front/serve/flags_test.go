@@ -5,10 +5,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/relevance-scoring/relevance/proxy"
 )
 
 func TestFlags(t *testing.T) {
@@ -72,5 +76,47 @@ func TestFlagsBadConfigFile(t *testing.T) {
 	}
 	if _, err := f.Load(); err == nil {
 		t.Error("Load with a missing --config file succeeded")
+	}
+}
+
+// TestStrategiesFromTheRegistry: every strategy in proxy's registration list is accepted by
+// Validate and named in the flag help, and an unknown name's error lists every registered one,
+// so that adding a strategy takes one edit.
+func TestStrategiesFromTheRegistry(t *testing.T) {
+	tests := []struct {
+		name, flag, field string
+		registered        []string
+		set               func(*Config, string)
+	}{
+		{"split", "split", "proxy.split.strategy", proxy.SplitStrategies(), func(c *Config, s string) { c.Proxy.Split.Strategy = s }},
+		{"route", "route", "proxy.route.strategy", proxy.RouteStrategies(), func(c *Config, s string) { c.Proxy.Route.Strategy = s }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if len(tc.registered) < 2 || !slices.IsSorted(tc.registered) {
+				t.Fatalf("registered strategies = %q, want two or more, sorted", tc.registered)
+			}
+			fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+			RegisterFlags(fs)
+			help := fs.Lookup(tc.flag).Usage
+			def := DefaultConfig()
+			def.Proxy.Nodes.Static = []string{"127.0.0.1:7000"}
+			for _, name := range tc.registered {
+				if !strings.Contains(help, name) {
+					t.Errorf("--%s help %q does not name %q", tc.flag, help, name)
+				}
+				c := def
+				tc.set(&c, name)
+				if err := c.Validate(); err != nil {
+					t.Errorf("Validate with %s %q: %v", tc.field, name, err)
+				}
+			}
+			c := def
+			tc.set(&c, "x")
+			want := tc.field + ": must be one of " + strings.Join(tc.registered, ", ") + `, got "x"`
+			if err := c.Validate(); err == nil || err.Error() != want {
+				t.Errorf("Validate with an unknown strategy: %v, want %s", err, want)
+			}
+		})
 	}
 }
