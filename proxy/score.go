@@ -3,17 +3,17 @@ package proxy
 import (
 	"context"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/merge"
+	"github.com/relevance-scoring/relevance/proxy/request"
 )
 
 // Score scores every item of req against its query across the nodes. It reads as the pipeline's
-// stages: validate, plan (token counts, batches, each placed on a node with its projected finish;
+// stages: validate (package request), plan (token counts, batches, each placed on a node with its projected finish;
 // package plan), admit (package admit), dispatch (package dispatch), merge (package merge).
 //
 // Errors are gRPC status errors: INVALID_ARGUMENT (the message names the field),
@@ -24,7 +24,7 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 	defer func() {
 		p.m.requestDuration.WithLabelValues(status.Code(err).String()).Observe(time.Since(start).Seconds())
 	}()
-	if err := p.validate(req); err != nil {
+	if err := request.Validate(req, request.Limits{MaxItems: p.cfg.Limits.MaxItems, MaxItemBytes: p.cfg.Limits.MaxItemBytes, MaxQueryBytes: p.cfg.Limits.MaxQueryBytes}); err != nil {
 		return nil, err
 	}
 	if p.cluster.Closed() {
@@ -61,43 +61,4 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 	results, firstErr := p.dispatcher.Run(ctx, pl, !partial)
 
 	return merge.Merge(ctx, merge.Input{Req: req, ReqID: reqID, Plan: pl, Results: results, FirstErr: firstErr, Partial: partial, Start: start})
-}
-
-// validate checks req; errors are INVALID_ARGUMENT naming the field.
-func (p *Proxy) validate(req *relevancev1.ScoreRequest) error {
-	bad := func(format string, args ...any) error { return status.Errorf(codes.InvalidArgument, format, args...) }
-	lim := p.cfg.Limits
-	switch {
-	case req == nil:
-		return bad("request: missing")
-	case req.GetQuery() == "":
-		return bad("query: empty")
-	case len(req.GetQuery()) > lim.MaxQueryBytes:
-		return bad("query: %d bytes, limit %d", len(req.GetQuery()), lim.MaxQueryBytes)
-	case !utf8.ValidString(req.GetQuery()):
-		return bad("query: invalid UTF-8")
-	case len(req.GetInstruction()) > lim.MaxQueryBytes:
-		return bad("instruction: %d bytes, limit %d", len(req.GetInstruction()), lim.MaxQueryBytes)
-	case !utf8.ValidString(req.GetInstruction()):
-		return bad("instruction: invalid UTF-8")
-	case len(req.GetItems()) == 0:
-		return bad("items: empty")
-	case len(req.GetItems()) > lim.MaxItems:
-		return bad("items: %d items, limit %d", len(req.GetItems()), lim.MaxItems)
-	case !utf8.ValidString(req.GetRequestId()):
-		return bad("request_id: invalid UTF-8")
-	}
-	for i, it := range req.GetItems() {
-		switch {
-		case it == nil:
-			return bad("items[%d]: missing", i)
-		case len(it.GetText()) > lim.MaxItemBytes:
-			return bad("items[%d].text: %d bytes, limit %d", i, len(it.GetText()), lim.MaxItemBytes)
-		case !utf8.ValidString(it.GetText()):
-			return bad("items[%d].text: invalid UTF-8", i)
-		case !utf8.ValidString(it.GetId()):
-			return bad("items[%d].id: invalid UTF-8", i)
-		}
-	}
-	return nil
 }
