@@ -48,3 +48,28 @@ func TestNodeLoadIsRemainingWork(t *testing.T) {
 	n.Uncharge(0.3)
 	near("uncharged (the foreign 0.3 s less 0.1 s drained)", n.Load(at(0.6)), 0.2)
 }
+
+// TestNodeModelSeedsTheLearner: the first reply that carries the node's own cost model replaces
+// the configured prior (a guess) with it; later models do not reset what was learned since.
+func TestNodeModelSeedsTheLearner(t *testing.T) {
+	n := &Node{learn: costmodel.NewLearner(testPrior, 0.99), forgetting: 0.99}
+	c := n.learn.Coeffs()
+	n.coeffs.Store(&c)
+	own := &relevancev1.CostModel{A: 2e-4, B: 1e-7, C: 0.02, Source: "calibrated"}
+	n.Observe(&relevancev1.ScoreBatchResponse{Load: &relevancev1.NodeLoad{CostModel: own}}, time.Now())
+	if got := n.Coeffs(); got != (costmodel.Coeffs{A: 2e-4, B: 1e-7, C: 0.02}) {
+		t.Fatalf("after the node's model: %+v, want it", got)
+	}
+	other := &relevancev1.CostModel{A: 9e-4, B: 9e-7, C: 0.9}
+	n.Observe(&relevancev1.ScoreBatchResponse{Load: &relevancev1.NodeLoad{CostModel: other}}, time.Now())
+	if got := n.Coeffs(); got.C != 0.02 {
+		t.Errorf("a second model reset the learner: %+v", got)
+	}
+	bad := &Node{learn: costmodel.NewLearner(testPrior, 0.99), forgetting: 0.99}
+	bc := bad.learn.Coeffs()
+	bad.coeffs.Store(&bc)
+	bad.Observe(&relevancev1.ScoreBatchResponse{Load: &relevancev1.NodeLoad{CostModel: &relevancev1.CostModel{A: -1}}}, time.Now())
+	if got := bad.Coeffs(); got != testPrior {
+		t.Errorf("a negative model was taken: %+v", got)
+	}
+}

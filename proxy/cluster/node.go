@@ -49,8 +49,10 @@ type Node struct {
 	ejectedUntil atomic.Int64 // unix nanoseconds
 	probation    atomic.Bool  // back from an ejection, no OK outcome yet
 
-	learnMu sync.Mutex
-	learn   *costmodel.Learner
+	learnMu    sync.Mutex
+	learn      *costmodel.Learner
+	forgetting float64
+	seeded     bool // learn restarted from the node's own cost model; guarded by learnMu
 
 	stop context.CancelFunc // ends the health watch
 }
@@ -76,7 +78,7 @@ func newNode(addr string, cfg Config, onState func(addr string, to gobreaker.Sta
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{addr: addr, conn: conn, client: relevancev1.NewScorerClient(conn), learn: costmodel.NewLearner(cfg.Prior, cfg.Forgetting)}
+	n := &Node{addr: addr, conn: conn, client: relevancev1.NewScorerClient(conn), learn: costmodel.NewLearner(cfg.Prior, cfg.Forgetting), forgetting: cfg.Forgetting}
 	c := n.learn.Coeffs()
 	n.coeffs.Store(&c)
 	n.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
@@ -173,6 +175,7 @@ func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 			n.ext.Store(&extLoad{seconds: math.Max(0, rep-n.inflight.Load()), at: now})
 		}
 	}
+	n.seed(resp.GetLoad().GetCostModel())
 	st := resp.GetStats()
 	if st == nil || !(st.GetComputeSeconds() > 0) {
 		return
@@ -190,6 +193,29 @@ func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 	n.learnMu.Unlock()
 	n.coeffs.Store(&c)
 	n.samples.Add(1)
+}
+
+// seed restarts the node's cost model from the node's own, once: a node times its passes at
+// start-up and keeps learning from every one, so its model is a far better prior than the
+// configured one (which is a guess for a model and machine this proxy has never seen). Later
+// replies refine it as before. A model that is not finite and non-negative, or all zero, is
+// ignored.
+func (n *Node) seed(cm *relevancev1.CostModel) {
+	if cm == nil {
+		return
+	}
+	c := costmodel.Coeffs{A: cm.GetA(), B: cm.GetB(), C: cm.GetC()}
+	if c.Validate() != nil || c.A+c.B+c.C == 0 {
+		return
+	}
+	n.learnMu.Lock()
+	defer n.learnMu.Unlock()
+	if n.seeded || n.forgetting == 0 {
+		return
+	}
+	n.seeded = true
+	n.learn = costmodel.NewLearner(c, n.forgetting)
+	n.coeffs.Store(&c)
 }
 
 // watchHealth follows grpc.health.v1 Watch for the whole server ("") until ctx ends,
