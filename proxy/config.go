@@ -180,8 +180,10 @@ const (
 )
 
 // DefaultPrior is the calibrated cost profile of the default `small` model (qwen3_moe, seed 1)
-// on one CPU thread: bench/results/profile-small.json.
-var DefaultPrior = costmodel.Coeffs{A: 6.68294096676272e-4, B: 3.793320296160167e-7, C: 0.13838811873546172}
+// on one CPU thread with the engine's default MoE policy (auto):
+// bench/results/profile-small-auto.json. It only prices a node's first batches: each node's
+// replies carry the cost model the node learned of itself, which replaces it.
+var DefaultPrior = costmodel.Coeffs{A: 6.354651120656312e-4, B: 4.291845021520365e-7, C: 0.01944098870734028}
 
 // DefaultConfig is the configuration with every default filled in and no nodes.
 func DefaultConfig() Config {
@@ -198,8 +200,8 @@ func DefaultConfig() Config {
 		Cost: CostConfig{
 			TokenCounter: TokensEstimate,
 			// The calibrated profile of the default `small` model, one thread per node
-			// (bench/results/profile-small.json), so that `make run` and a fresh deployment of
-			// the default model start from the right cost; learned per node from the replies.
+			// (bench/results/profile-small-auto.json), until each node's first reply brings the
+			// node's own model; then learned per node from the replies.
 			Prior:      DefaultPrior,
 			Forgetting: 0.99,
 		},
