@@ -27,6 +27,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +41,7 @@ import (
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/cluster"
 	"github.com/relevance-scoring/relevance/proxy/plan"
+	"github.com/relevance-scoring/relevance/proxy/request"
 )
 
 // Config configures retries and hedging.
@@ -159,7 +162,28 @@ func (d *Dispatcher) runBatch(ctx context.Context, b *plan.Batch, first *plan.Le
 			break
 		}
 	}
+	res.Err = requestFields(res.Err, b.Items)
 	return res
+}
+
+// requestFields rewrites a node's INVALID_ARGUMENT about one of the batch's items ("items[2].text",
+// the batch's third item) to name that item's place in the request ("items[17].text"), so that
+// the caller is told which of its items is wrong. Other errors pass unchanged.
+func requestFields(err error, items []int) error {
+	if status.Code(err) != codes.InvalidArgument {
+		return err
+	}
+	field, problem, ok := request.Violation(err)
+	rest, found := strings.CutPrefix(field, "items[")
+	if !ok || !found {
+		return err
+	}
+	num, tail, found := strings.Cut(rest, "]")
+	j, perr := strconv.Atoi(num)
+	if !found || perr != nil || j < 0 || j >= len(items) {
+		return err
+	}
+	return request.FieldError(fmt.Sprintf("items[%d]%s", items[j], tail), "%s", problem)
 }
 
 func retryable(ctx context.Context, err error) bool {

@@ -12,6 +12,7 @@ import (
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/cluster"
+	"github.com/relevance-scoring/relevance/proxy/request"
 )
 
 func TestRetryBudget(t *testing.T) {
@@ -96,5 +97,27 @@ func TestRetryableCanceledByConnection(t *testing.T) {
 	cancel()
 	if retryable(ctx, status.Error(codes.Canceled, "context canceled")) {
 		t.Error("Canceled by the caller: retried")
+	}
+}
+
+// TestNodeFieldErrorsNameTheRequestItem: a node's complaint about the batch's third item names
+// that item's index in the request.
+func TestNodeFieldErrorsNameTheRequestItem(t *testing.T) {
+	items := []int{4, 9, 17}
+	err := requestFields(request.FieldError("items[2].text", "too long for this node"), items)
+	if field, problem, ok := request.Violation(err); !ok || field != "items[17].text" || problem != "too long for this node" {
+		t.Errorf("remapped: %q %q %v (%v), want items[17].text", field, problem, ok, err)
+	}
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("code %v, want InvalidArgument", status.Code(err))
+	}
+	for _, e := range []error{
+		request.FieldError("query", "bad"),
+		request.FieldError("items[7].text", "out of the batch"),
+		status.Error(codes.Unavailable, "x"),
+	} {
+		if got := requestFields(e, items); got != e {
+			t.Errorf("%v rewritten to %v", e, got)
+		}
 	}
 }
