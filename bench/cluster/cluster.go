@@ -20,12 +20,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/relevance-scoring/relevance/proxy"
 )
 
 // Config is a local cluster (configs/local.yaml).
@@ -169,10 +172,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("nodes.engine: must be real or emulated, got %q", c.Nodes.Engine)
 	case c.Nodes.Engine == "emulated" && c.Nodes.CostProfile == "":
 		return errors.New("nodes.cost_profile: required when nodes.engine is emulated")
-	case c.Proxy.Split != "" && c.Proxy.Split != "fixed" && c.Proxy.Split != "cost":
-		return fmt.Errorf("proxy.split: must be fixed or cost, got %q", c.Proxy.Split)
-	case c.Proxy.Route != "" && c.Proxy.Route != "random" && c.Proxy.Route != "round_robin" && c.Proxy.Route != "least_loaded":
-		return fmt.Errorf("proxy.route: must be random, round_robin or least_loaded, got %q", c.Proxy.Route)
+	case c.Proxy.Split != "" && !slices.Contains(proxy.SplitStrategies(), c.Proxy.Split):
+		return fmt.Errorf("proxy.split: must be one of %s, got %q", strings.Join(proxy.SplitStrategies(), ", "), c.Proxy.Split)
+	case c.Proxy.Route != "" && !slices.Contains(proxy.RouteStrategies(), c.Proxy.Route):
+		return fmt.Errorf("proxy.route: must be one of %s, got %q", strings.Join(proxy.RouteStrategies(), ", "), c.Proxy.Route)
 	case c.Proxy.SLO < 0:
 		return fmt.Errorf("proxy.slo: must be ≥ 0, got %v", c.Proxy.SLO)
 	case c.ReadyTimeout < 0:
