@@ -25,8 +25,12 @@ func (r *Report) Table(md bool) string {
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Load < rows[j].Load })
 	var cells [][]string
 	for _, x := range rows {
+		p50, p99, p999 := fmt.Sprintf("%.1f", x.P50ms), fmt.Sprintf("%.1f", x.P99ms), fmt.Sprintf("%.1f", x.P999ms)
+		if x.Requests == x.Errors { // no successful request: no latency to show
+			p50, p99, p999 = "n/a", "n/a", "n/a"
+		}
 		cells = append(cells, []string{x.Config, fmt.Sprintf("%.0f%%", 100*x.Load), fmt.Sprintf("%.2f", x.RateRPS), fmt.Sprint(x.Requests),
-			fmt.Sprintf("%.1f", x.P50ms), fmt.Sprintf("%.1f", x.P99ms), fmt.Sprintf("%.1f", x.P999ms),
+			p50, p99, p999,
 			fmt.Sprintf("%.1f%%", 100*x.GoodputRatio), fmt.Sprintf("%.2f", x.GoodputRPS), errString(x)})
 	}
 	return report.Table(header, cells, md)

@@ -3,6 +3,7 @@ package load
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -93,16 +94,95 @@ type NodeSample struct {
 	Load float64 `json:"load"`
 }
 
-// Summary is a one-line human summary.
+// Summary is a three-line human summary. Without a successful request it prints no
+// percentiles (they would describe nothing) but says so.
 func (r *Result) Summary() string {
 	var kinds []string
 	for k, n := range r.ErrorsBy {
 		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
 	}
 	sort.Strings(kinds)
-	return fmt.Sprintf("requests %d  ok %d  errors %d %v\nlatency p50 %.1f ms  p90 %.1f ms  p99 %.1f ms  p99.9 %.1f ms  max %.1f ms\nthroughput %.2f req/s  %.1f items/s  goodput(≤%.0f ms) %.2f req/s (%.1f%%)",
-		r.Requests, r.OK, r.Errors, kinds, r.P50ms, r.P90ms, r.P99ms, r.P999ms, r.MaxMs,
+	latency := "latency: no successful requests"
+	if r.OK > 0 {
+		latency = fmt.Sprintf("latency p50 %.1f ms  p90 %.1f ms  p99 %.1f ms  p99.9 %.1f ms  max %.1f ms",
+			r.P50ms, r.P90ms, r.P99ms, r.P999ms, r.MaxMs)
+	}
+	return fmt.Sprintf("requests %d  ok %d  errors %d %v\n%s\nthroughput %.2f req/s  %.1f items/s  goodput(≤%.0f ms) %.2f req/s (%.1f%%)",
+		r.Requests, r.OK, r.Errors, kinds, latency,
 		r.ThroughputRPS, r.ItemsPerSec, r.SLOms, r.GoodputRPS, 100*r.GoodputRatio)
+}
+
+// ErrorRate is the share of measured requests that failed; 0 when none was measured.
+func (r *Result) ErrorRate() float64 {
+	if r.Requests == 0 {
+		return 0
+	}
+	return float64(r.Errors) / float64(r.Requests)
+}
+
+// CheckErrors reports whether the run is a failure: no request was measured, or more than
+// maxRate (a share in [0, 1]) of them failed. The error says why, for the tool's last line.
+func (r *Result) CheckErrors(maxRate float64) error {
+	if r.Requests == 0 {
+		return errors.New("no request was measured (rate × (duration − warm-up) too small?)")
+	}
+	if rate := r.ErrorRate(); rate > maxRate {
+		return fmt.Errorf("%d of %d requests failed (%.1f %%, above --max-error-rate %.1f %%): %s",
+			r.Errors, r.Requests, 100*rate, 100*maxRate, r.errorKinds())
+	}
+	return nil
+}
+
+// errorKinds lists the error counts by kind, most frequent first.
+func (r *Result) errorKinds() string {
+	kinds := make([]string, 0, len(r.ErrorsBy))
+	for k := range r.ErrorsBy {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool {
+		if a, b := r.ErrorsBy[kinds[i]], r.ErrorsBy[kinds[j]]; a != b {
+			return a > b
+		}
+		return kinds[i] < kinds[j]
+	})
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = fmt.Sprintf("%d× %s", r.ErrorsBy[k], k)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// MarshalJSON writes the latency figures (p50_ms … mean_ms) as null when no request succeeded:
+// a 0 there would read as an instant reply. Decoding a null leaves the field 0.
+func (r *Result) MarshalJSON() ([]byte, error) {
+	type plain Result // no methods: no recursion
+	out := struct {
+		*plain
+		P50ms  *float64 `json:"p50_ms"`
+		P90ms  *float64 `json:"p90_ms"`
+		P99ms  *float64 `json:"p99_ms"`
+		P999ms *float64 `json:"p999_ms"`
+		MaxMs  *float64 `json:"max_ms"`
+		MeanMs *float64 `json:"mean_ms"`
+	}{plain: (*plain)(r)}
+	if r.OK > 0 {
+		out.P50ms, out.P90ms, out.P99ms, out.P999ms, out.MaxMs, out.MeanMs = &r.P50ms, &r.P90ms, &r.P99ms, &r.P999ms, &r.MaxMs, &r.MeanMs
+	}
+	return json.Marshal(out)
+}
+
+// MarshalJSON writes a second without successful replies with null percentiles.
+func (w Window) MarshalJSON() ([]byte, error) {
+	type plain Window
+	out := struct {
+		plain
+		P50ms *float64 `json:"p50_ms"`
+		P99ms *float64 `json:"p99_ms"`
+	}{plain: plain(w)}
+	if w.OK > 0 {
+		out.P50ms, out.P99ms = &w.P50ms, &w.P99ms
+	}
+	return json.Marshal(out)
 }
 
 // nodePoller polls the proxy's /v1/nodes.

@@ -16,7 +16,7 @@ import (
 func TestWriteLoad(t *testing.T) {
 	dir := t.TempDir()
 	r := &load.Result{
-		Mode: "open", P50ms: 10, P99ms: 40, SLOms: 500, ErrorsBy: map[string]int64{},
+		Mode: "open", Requests: 6, OK: 6, P50ms: 10, P99ms: 40, SLOms: 500, ErrorsBy: map[string]int64{},
 		CDF:      []load.Quantile{{Q: 0, Ms: 5}, {Q: 0.5, Ms: 10}, {Q: 0.99, Ms: 40}, {Q: 0.999, Ms: 80}, {Q: 1, Ms: 90}},
 		Timeline: []load.Window{{T: 0, OK: 3, P99ms: 20}, {T: 1, OK: 3, P99ms: 40}},
 		Points:   []load.Point{{T: 0.1, Ms: 10}, {T: 1.2, Ms: 40}},

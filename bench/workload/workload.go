@@ -165,6 +165,24 @@ func Default() Spec {
 	}
 }
 
+// Small returns the built-in workload of `bench load` when no --workload is given (the same as
+// configs/workloads/small.yaml): 4–12 short listings per request, sized so that the default
+// `make run` cluster (2 scorer nodes of the small model, one CPU thread each) serves
+// `bench load`'s default rate with room to spare (bench/results/README.md).
+func Small() Spec {
+	return Spec{
+		Name:             "small",
+		Seed:             3,
+		Items:            Dist{Kind: "uniform", Min: 4, Max: 12},
+		QueryWords:       Dist{Kind: "lognormal", Median: 3, Sigma: 0.3, Min: 1, Max: 6},
+		ItemTokens:       Dist{Kind: "lognormal", Median: 60, Sigma: 0.4, Min: 20, Max: 200},
+		RepeatQueryShare: 0.5,
+		PopularQueries:   5,
+		ChineseShare:     0.1,
+		TraceSize:        64,
+	}
+}
+
 // Load reads a YAML spec: defaults first (Default), then the file, then validation.
 func Load(path string) (Spec, error) {
 	b, err := os.ReadFile(path)

@@ -149,3 +149,26 @@ func BenchmarkGenerate(b *testing.B) {
 		i++
 	}
 }
+
+// TestBuiltinsMatchConfigs: the built-in specs are the committed YAML files, so a bench run
+// from outside the repository sends what one inside it does.
+func TestBuiltinsMatchConfigs(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		want Spec
+		path string
+	}{
+		{"default", Default(), "../../configs/workloads/search.yaml"},
+		{"small", Small(), "../../configs/workloads/small.yaml"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Load(tt.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("%s differs from the built-in (-want +got):\n%s", tt.path, diff)
+			}
+		})
+	}
+}

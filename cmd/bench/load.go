@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net/url"
 	"os"
@@ -20,16 +21,19 @@ import (
 	"github.com/relevance-scoring/relevance/internal/cli"
 )
 
-const defaultWorkload = "configs/workloads/search.yaml"
+// defaultRate is the open-loop rate when neither --rate nor --concurrency is given: about a
+// third of what the default `make run` cluster sustains on the default workload
+// (bench/results/README.md, "Defaults of make run and bench load").
+const defaultRate = 0.5
 
 func runLoad(args []string) error {
-	fs := cli.NewFlagSet("bench", "load", "--target URL (--rate R | --concurrency N) --duration D [flags]")
+	fs := cli.NewFlagSet("bench", "load", "[--target URL] [--rate R | --concurrency N] [--duration D] [flags]")
 	target := fs.String("target", "http://127.0.0.1:8080/v1/rerank", "proxy endpoint: http://host:port/{v1/rerank,rerank,v2/rerank,v1/score} or grpc://host:port (Ranker.Score)")
-	rate := fs.Float64("rate", 0, "open loop: Poisson arrivals per second (latency from the intended send time)")
-	conc := fs.Int("concurrency", 0, "closed loop: workers sending back to back (used when --rate is 0)")
+	rate := fs.Float64("rate", defaultRate, "open loop: Poisson arrivals per second (latency from the intended send time); the default suits the default workload on the cluster of make run")
+	conc := fs.Int("concurrency", 0, "closed loop: workers sending back to back (instead of --rate)")
 	duration := fs.Duration("duration", 10*time.Second, "how long to send requests (warm-up included)")
 	warmup := fs.Duration("warmup", 0, "initial part of --duration not measured")
-	wl := fs.String("workload", "", "workload YAML (default "+defaultWorkload+" when present, else the built-in search mix)")
+	wl := fs.String("workload", "", "workload YAML (default: the built-in small mix, the same as configs/workloads/small.yaml)")
 	seed := fs.Uint64("seed", 0, "trace and schedule seed; 0 uses the workload's seed")
 	traceSize := fs.Int("trace-size", 0, "distinct requests to generate and cycle; 0 uses the workload's trace_size")
 	slo := fs.Duration("slo", 500*time.Millisecond, "latency within which a reply counts as goodput")
@@ -40,11 +44,25 @@ func runLoad(args []string) error {
 	nodesURL := fs.String("nodes-url", "", "proxy /v1/nodes to poll for per-node load (default: derived from an HTTP target; 'none' disables)")
 	emulated := fs.Bool("emulated", false, "label the result EMULATED (the nodes behind the proxy are emulated)")
 	writeBody := fs.String("write-body", "", "write the first request's HTTP body to this file and exit (for wrk/hey cross-checks)")
+	maxErrRate := fs.Float64("max-error-rate", 0.01, "exit non-zero when more than this share of measured requests fail, in [0, 1]")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["concurrency"] {
+		if set["rate"] && *rate > 0 && *conc > 0 {
+			return fmt.Errorf("--rate %v and --concurrency %d: give one (open or closed loop)", *rate, *conc)
+		}
+		if !set["rate"] {
+			*rate = 0
+		}
+	}
+	if !(*maxErrRate >= 0 && *maxErrRate <= 1) {
+		return fmt.Errorf("--max-error-rate: must be in [0, 1], got %v", *maxErrRate)
 	}
 	tr, err := loadTrace(*wl, *seed, *traceSize)
 	if err != nil {
@@ -110,23 +128,21 @@ func runLoad(args []string) error {
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(res)
-	}
-	fmt.Printf("%s%s\n", label, strings.ReplaceAll(res.Summary(), "\n", "\n"+label))
-	if *out != "" {
-		fmt.Printf("wrote %s/result.json and plots\n", *out)
-	}
-	return nil
-}
-
-// loadTrace reads the workload (or the default) and generates its trace.
-func loadTrace(path string, seed uint64, size int) (*workload.Trace, error) {
-	spec := workload.Default()
-	if path == "" {
-		if _, err := os.Stat(defaultWorkload); err == nil {
-			path = defaultWorkload
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		fmt.Printf("%s%s\n", label, strings.ReplaceAll(res.Summary(), "\n", "\n"+label))
+		if *out != "" {
+			fmt.Printf("wrote %s/result.json and plots\n", *out)
 		}
 	}
+	return res.CheckErrors(*maxErrRate)
+}
+
+// loadTrace reads the workload (or the built-in default) and generates its trace.
+func loadTrace(path string, seed uint64, size int) (*workload.Trace, error) {
+	spec := workload.Small()
 	if path != "" {
 		s, err := workload.Load(path)
 		if err != nil {
