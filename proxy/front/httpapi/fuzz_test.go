@@ -1,0 +1,83 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+
+	"github.com/relevance-scoring/relevance/proxy/front"
+)
+
+// FuzzDecodeBodies feeds arbitrary bodies to every scoring route through the real handler (in
+// process, a fake core that validates as the core does): whatever the body, the answer is 200,
+// 400 or 422 (never a panic, a 5xx or a hang), its body is valid JSON, an error names a
+// problem, and a 200 is a well-formed reply over valid UTF-8 input.
+func FuzzDecodeBodies(f *testing.F) {
+	for _, seed := range []string{
+		`{"query":"apple","documents":["banana","cherry"],"top_n":1}`,
+		`{"query":"apple","documents":[{"text":"banana"},{"text":"x"}],"return_documents":true}`,
+		`{"model":"m","query":"q","documents":["a"],"max_tokens_per_doc":4}`,
+		`{"query":"q","items":[{"id":"a","text":"banana"}],"options":{"truncation":"TRUNCATION_END"}}`,
+		`{"query":"q","items":[{"text":5}]}`,
+		`{"query":"q","documents":[null]}`,
+		"{\"query\":\"\xff\",\"documents\":[\"a\"]}",
+		`{"query":"\ud800","documents":["a"]}`,
+		`[]`, `{`, `{"query":"q","documents":"a"}`, `{"top_n":-1}`,
+	} {
+		for _, route := range []uint8{0, 1, 2, 3} {
+			f.Add(route, []byte(seed))
+		}
+	}
+	reg := prometheus.NewRegistry()
+	m, err := front.NewMetrics(reg)
+	if err != nil {
+		f.Fatal(err)
+	}
+	s, err := New(DefaultConfig(), Options{Core: newFakeCore(), Metrics: m, Gatherer: reg})
+	if err != nil {
+		f.Fatal(err)
+	}
+	routes := []string{"/v1/score", "/v1/rerank", "/rerank", "/v2/rerank"}
+	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
+		path := routes[int(route)%len(routes)]
+		var ctx fasthttp.RequestCtx
+		ctx.Request.SetRequestURI(path)
+		ctx.Request.Header.SetMethod(fasthttp.MethodPost)
+		ctx.Request.Header.SetContentType("application/json")
+		ctx.Request.SetBody(body)
+		s.handle(&ctx)
+		code, out := ctx.Response.StatusCode(), ctx.Response.Body()
+		var v map[string]any
+		if err := json.Unmarshal(out, &v); err != nil {
+			t.Fatalf("%s %q: %d with a body that is not a JSON object: %q", path, body, code, out)
+		}
+		switch code {
+		case 200:
+			if !utf8.Valid(body) {
+				// Invalid bytes inside a JSON string are refused; outside strings the JSON is
+				// malformed. Either way not a 200.
+				t.Errorf("%s %q: 200 for a body with invalid UTF-8", path, body)
+			}
+			if path != "/v1/score" {
+				if _, ok := v["results"].([]any); !ok {
+					t.Errorf("%s: 200 without results: %s", path, out)
+				}
+			}
+		case 400, 422:
+			msg := ""
+			if e, ok := v["error"].(map[string]any); ok {
+				msg, _ = e["message"].(string)
+			} else {
+				msg, _ = v["message"].(string)
+			}
+			if msg == "" {
+				t.Errorf("%s %q: %d without a message: %s", path, body, code, out)
+			}
+		default:
+			t.Errorf("%s %q: status %d (%s), want 200, 400 or 422", path, body, code, out)
+		}
+	})
+}
