@@ -28,6 +28,7 @@ type Config struct {
 	Hedge     HedgeConfig     `yaml:"hedge" json:"hedge"`
 	Admission AdmissionConfig `yaml:"admission" json:"admission"`
 	Outlier   OutlierConfig   `yaml:"outlier" json:"outlier"`
+	Model     ModelConfig     `yaml:"model" json:"model"`
 	Cost      CostConfig      `yaml:"cost" json:"cost"`
 	Limits    LimitsConfig    `yaml:"limits" json:"limits"`
 	// SLO is the budget of a request that carries no deadline (and no timeout_ms); that budget
@@ -146,6 +147,18 @@ type OutlierConfig struct {
 	MaxEjectionPercent int `yaml:"max_ejection_percent" json:"max_ejection_percent"`
 }
 
+// ModelConfig names the model the proxy serves. A request naming another model is answered as
+// vLLM does: NOT_FOUND (HTTP 404) with the served names. Replies always carry the served name,
+// never the caller's.
+type ModelConfig struct {
+	// Name is the served model's name; "" serves the name the nodes report (the checkpoint's
+	// folder name, or a node's --model-name), and accepts any name until a node has answered.
+	Name string `yaml:"name" json:"name"`
+	// Aliases are other names a request may use for the served model (e.g. a hosted API's model
+	// name that clients send). Default: ["rerank"].
+	Aliases []string `yaml:"aliases" json:"aliases"`
+}
+
 // CostConfig configures the cost model.
 type CostConfig struct {
 	// TokenCounter is "estimate" (default: tokenizer.EstimateTokens, no BPE) or "exact" (the
@@ -205,6 +218,7 @@ func DefaultConfig() Config {
 			Prior:      DefaultPrior,
 			Forgetting: 0.99,
 		},
+		Model:            ModelConfig{Aliases: []string{"rerank"}},
 		Limits:           LimitsConfig{MaxItems: 1000, MaxItemBytes: 32 << 10, MaxQueryBytes: 8 << 10},
 		SLO:              500 * time.Millisecond,
 		OnPartialFailure: PartialFail,

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -25,6 +27,9 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 		p.m.requestDuration.WithLabelValues(status.Code(err).String()).Observe(time.Since(start).Seconds())
 	}()
 	if err := request.Validate(req, request.Limits{MaxItems: p.cfg.Limits.MaxItems, MaxItemBytes: p.cfg.Limits.MaxItemBytes, MaxQueryBytes: p.cfg.Limits.MaxQueryBytes}); err != nil {
+		return nil, err
+	}
+	if err := p.checkModel(req.GetModel()); err != nil {
 		return nil, err
 	}
 	if p.cluster.Closed() {
@@ -60,5 +65,26 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 	partial := p.cfg.OnPartialFailure == PartialPartial || req.GetOptions().GetAllowPartial()
 	results, firstErr := p.dispatcher.Run(ctx, pl, !partial)
 
-	return merge.Merge(ctx, merge.Input{Req: req, ReqID: reqID, Plan: pl, Results: results, FirstErr: firstErr, Partial: partial, Start: start})
+	resp, err = merge.Merge(ctx, merge.Input{Req: req, ReqID: reqID, Plan: pl, Results: results, FirstErr: firstErr, Partial: partial, Start: start})
+	if resp != nil && p.cfg.Model.Name != "" {
+		resp.Model = p.cfg.Model.Name
+	}
+	return resp, err
+}
+
+// checkModel answers a request for a model this proxy does not serve as vLLM does: NOT_FOUND,
+// "The model `x` does not exist.", here with the served names. An empty name, the served name
+// and its aliases pass; with no configured name, the names the nodes report are the served ones,
+// and before any node has answered every name passes (there is nothing to check against yet).
+func (p *Proxy) checkModel(name string) error {
+	if name == "" || name == p.cfg.Model.Name || slices.Contains(p.cfg.Model.Aliases, name) {
+		return nil
+	}
+	served := p.cluster.Models()
+	if p.cfg.Model.Name != "" {
+		served = []string{p.cfg.Model.Name}
+	} else if len(served) == 0 || slices.Contains(served, name) {
+		return nil
+	}
+	return status.Errorf(codes.NotFound, "The model `%s` does not exist. Served: %s", name, strings.Join(append(served, p.cfg.Model.Aliases...), ", "))
 }

@@ -203,6 +203,18 @@ func (c *Cluster) Fallback(exclude []*Node) []*Node {
 	return []*Node{best}
 }
 
+// Models is the sorted set of model names the nodes last reported (empty before any reply).
+func (c *Cluster) Models() []string {
+	var out []string
+	for _, n := range c.Snapshot() {
+		if m := n.model.Load(); m != nil && !slices.Contains(out, *m) {
+			out = append(out, *m)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // NodeStatus is one node's state for /v1/nodes.
 type NodeStatus struct {
 	Addr    string `json:"addr"`

@@ -49,6 +49,8 @@ type Node struct {
 	ejectedUntil atomic.Int64 // unix nanoseconds
 	probation    atomic.Bool  // back from an ejection, no OK outcome yet
 
+	model atomic.Pointer[string] // the model name of the node's last reply
+
 	learnMu    sync.Mutex
 	learn      *costmodel.Learner
 	forgetting float64
@@ -173,6 +175,11 @@ func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 	if l := resp.GetLoad(); l != nil {
 		if rep := l.GetQueuedCostSeconds() + l.GetRunningCostSeconds(); rep >= 0 && !math.IsInf(rep, 1) {
 			n.ext.Store(&extLoad{seconds: math.Max(0, rep-n.inflight.Load()), at: now})
+		}
+	}
+	if m := resp.GetModel(); m != "" {
+		if old := n.model.Load(); old == nil || *old != m {
+			n.model.Store(&m)
 		}
 	}
 	n.seed(resp.GetLoad().GetCostModel())

@@ -76,6 +76,9 @@ func Classify(err error) Failure {
 		f.HTTPStatus, f.Type = http.StatusGatewayTimeout, "timeout"
 	case codes.Canceled:
 		f.HTTPStatus, f.Type = StatusClientClosed, "canceled"
+	case codes.NotFound:
+		// vLLM's answer to an unknown model name.
+		f.HTTPStatus, f.Type = http.StatusNotFound, "NotFoundError"
 	case codes.Unimplemented:
 		f.HTTPStatus, f.Type = http.StatusNotImplemented, "not_implemented"
 	default:

@@ -9,6 +9,7 @@
 //   - Ranking: indices of the scored items (status OK, TRUNCATED or unspecified; never TOO_LONG
 //     or FAILED), best score first, ties by the lower index, cut to top_n when top_n > 0. Every
 //     front reads ScoreResponse.ranking rather than sorting again.
+//   - Model is the served model's name as the nodes report it (never the caller's).
 //   - Usage sums the batches' usage; timings report the plan time, batches, retries, hedges and
 //     the largest queue and compute time of any batch.
 //
@@ -68,7 +69,6 @@ func Merge(ctx context.Context, in Input) (*relevancev1.ScoreResponse, error) {
 		RequestId: in.ReqID,
 		Scores:    make([]*relevancev1.ItemScore, len(req.GetItems())),
 		Usage:     &relevancev1.Usage{},
-		Model:     req.GetModel(),
 	}
 	tm := &relevancev1.Timings{PlanSeconds: in.Plan.Duration.Seconds(), Batches: uint32(len(in.Plan.Batches))}
 	for bi, r := range results {

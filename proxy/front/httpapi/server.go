@@ -269,10 +269,9 @@ func (s *Server) serveRerank(ctx *fasthttp.RequestCtx, rt *route) {
 		s.internalError(ctx, rt, err)
 		return
 	}
-	model := rr.Model
-	if model == "" {
-		model = resp.GetModel()
-	}
+	// The served model's name (the core's), never the caller's: a client that sent an alias
+	// learns what really scored its documents.
+	model := resp.GetModel()
 	s.writeJSON(ctx, rt, http.StatusOK, rt.rerank.reply(rerankReply{
 		id: s.responseID(req, resp), model: model, results: results, documents: len(texts), usage: resp.GetUsage(),
 	}))

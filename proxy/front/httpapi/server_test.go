@@ -290,7 +290,7 @@ func TestRerank(t *testing.T) {
 			name: "jina strings default return_documents",
 			path: "/v1/rerank",
 			body: `{"model":"jina-reranker-v2","query":"fruit","documents":["apple","banana","cherry"]}`,
-			want: map[string]any{"id": "req-fake", "model": "jina-reranker-v2",
+			want: map[string]any{"id": "req-fake", "model": "qwen3-reranker-tiny",
 				"results": []any{
 					map[string]any{"index": 1.0, "relevance_score": 0.9, "document": map[string]any{"text": "banana"}},
 					map[string]any{"index": 2.0, "relevance_score": 0.5, "document": map[string]any{"text": "cherry"}},

@@ -36,6 +36,7 @@ func TestEndToEndWithRealCore(t *testing.T) {
 	cfg := testRunConfig()
 	cfg.Proxy.Nodes.Static = nodes.Addrs()
 	cfg.Proxy.Split.MaxBatchItems = 4 // several batches over several nodes
+	cfg.Proxy.Model.Aliases = []string{"rerank-v3.5", "m"} // what the Cohere clients below send
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := prometheus.NewRegistry()
 	var core *proxy.Proxy
@@ -173,6 +174,11 @@ func TestEndToEndWithRealCore(t *testing.T) {
 	case resp.StatusCode == 429 && resp.Header.Get("Retry-After") != "": // admission saw it coming
 	default:
 		t.Errorf("short deadline on slow nodes: %d %s (Retry-After %q), want 504 or 429", resp.StatusCode, b, resp.Header.Get("Retry-After"))
+	}
+	// A model the proxy does not serve is answered as vLLM answers it, with the served names.
+	resp, b = post("/v2/rerank", `{"model":"gpt-4o","query":"q","documents":["a"]}`, nil)
+	if resp.StatusCode != 404 || !strings.Contains(string(b), "The model `gpt-4o` does not exist. Served: fakenode, rerank-v3.5, m") {
+		t.Errorf("unknown model: %d %s, want 404 naming the served models", resp.StatusCode, b)
 	}
 	for _, n := range nodes {
 		n.SetServing(false)
