@@ -423,7 +423,10 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, shape func(front.Failure) 
 		b = []byte(`{"message":"internal error"}`)
 	}
 	if f.RetryAfter > 0 {
+		// Retry-After has whole seconds only; Retry-After-Ms (as OpenAI's and Azure's APIs send
+		// it) carries the backlog's real delay, often tens of milliseconds.
 		ctx.Response.Header.Set("Retry-After", front.RetryAfterHeader(f.RetryAfter))
+		ctx.Response.Header.Set("Retry-After-Ms", strconv.FormatInt(max(1, f.RetryAfter.Milliseconds()), 10))
 	}
 	s.writeJSONBytes(ctx, f.HTTPStatus, b)
 }

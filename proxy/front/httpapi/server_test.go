@@ -479,10 +479,10 @@ func retryInfoErr(t testing.TB, c codes.Code, msg string, d time.Duration) error
 
 func TestErrors(t *testing.T) {
 	type want struct {
-		code       int
-		body       map[string]any
-		retryAfter string
-		allow      string
+		code                     int
+		body                     map[string]any
+		retryAfter, retryAfterMs string
+		allow                    string
 	}
 	errShape := func(code int, typ, msg string) map[string]any {
 		return map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": float64(code)}}
@@ -540,10 +540,10 @@ func TestErrors(t *testing.T) {
 			want:    want{code: 422, body: errShape(422, "invalid_request_error", "documents[0]: invalid UTF-8")}},
 		{name: "core overloaded", method: "POST", path: "/v2/rerank", body: `{"query":"q","documents":["a"]}`,
 			coreErr: retryInfoErr(t, codes.ResourceExhausted, "projected completion 900ms exceeds deadline 500ms", 1500*time.Millisecond),
-			want:    want{code: 429, retryAfter: "2", body: cohere("projected completion 900ms exceeds deadline 500ms")}},
+			want:    want{code: 429, retryAfter: "2", retryAfterMs: "1500", body: cohere("projected completion 900ms exceeds deadline 500ms")}},
 		{name: "core overloaded no hint", method: "POST", path: "/v1/score", body: `{"query":"q","items":[{"text":"a"}]}`,
 			coreErr: status.Error(codes.ResourceExhausted, "busy"),
-			want:    want{code: 429, retryAfter: "1", body: errShape(429, "rate_limit_error", "busy")}},
+			want:    want{code: 429, retryAfter: "1", retryAfterMs: "1000", body: errShape(429, "rate_limit_error", "busy")}},
 		{name: "no node", method: "POST", path: "/v1/rerank", body: `{"query":"q","documents":["a"]}`,
 			coreErr: status.Error(codes.Unavailable, "no healthy scorer node"),
 			want:    want{code: 503, body: errShape(503, "service_unavailable", "no healthy scorer node")}},
@@ -603,6 +603,9 @@ func TestErrors(t *testing.T) {
 			}
 			if g := r.header.Get("Retry-After"); g != tc.want.retryAfter {
 				t.Errorf("Retry-After = %q, want %q", g, tc.want.retryAfter)
+			}
+			if g := r.header.Get("Retry-After-Ms"); g != tc.want.retryAfterMs {
+				t.Errorf("Retry-After-Ms = %q, want %q", g, tc.want.retryAfterMs)
 			}
 			if g := r.header.Get("Allow"); g != tc.want.allow {
 				t.Errorf("Allow = %q, want %q", g, tc.want.allow)
