@@ -8,6 +8,7 @@ import (
 
 	"github.com/relevance-scoring/relevance/proxy/route"
 	"github.com/relevance-scoring/relevance/proxy/route/leastloaded"
+	"github.com/relevance-scoring/relevance/proxy/route/prefixaffinity"
 	"github.com/relevance-scoring/relevance/proxy/route/random"
 	"github.com/relevance-scoring/relevance/proxy/route/roundrobin"
 	"github.com/relevance-scoring/relevance/proxy/split"
@@ -25,9 +26,10 @@ var splitters = map[string]func(Config) split.Splitter{
 }
 
 var pickers = map[string]func(Config, route.Rand) route.Picker{
-	random.Type:      func(_ Config, r route.Rand) route.Picker { return random.New(r) },
-	roundrobin.Type:  func(Config, route.Rand) route.Picker { return roundrobin.New(rand.Uint64()) },
-	leastloaded.Type: func(c Config, r route.Rand) route.Picker { return leastloaded.New(c.Route.FullScanMax, r) },
+	random.Type:         func(_ Config, r route.Rand) route.Picker { return random.New(r) },
+	roundrobin.Type:     func(Config, route.Rand) route.Picker { return roundrobin.New(rand.Uint64()) },
+	leastloaded.Type:    func(c Config, r route.Rand) route.Picker { return leastloaded.New(c.Route.FullScanMax, r) },
+	prefixaffinity.Type: func(c Config, r route.Rand) route.Picker { return prefixaffinity.New(c.Route.FullScanMax, r) },
 }
 
 // SplitStrategies returns the names of the registered splitting strategies (split.strategy),

@@ -51,6 +51,9 @@ type Node struct {
 
 	model atomic.Pointer[string] // the model name of the node's last reply
 
+	prefixes  prefixMemory // prefix keys believed cached on the node (prefixes.go)
+	cacheSeen atomic.Bool  // the node has reused a cached prefix at least once
+
 	learnMu    sync.Mutex
 	learn      *costmodel.Learner
 	forgetting float64
@@ -232,6 +235,9 @@ func (n *Node) watchHealth(ctx context.Context, changed func()) {
 	retry := 50 * time.Millisecond
 	set := func(v bool) {
 		if n.healthy.Swap(v) != v {
+			if !v {
+				n.prefixes.clear() // a node that comes back may have restarted with an empty cache
+			}
 			changed()
 		}
 	}

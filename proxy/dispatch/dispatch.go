@@ -135,7 +135,7 @@ func (d *Dispatcher) runBatch(ctx context.Context, b *plan.Batch, first *plan.Le
 		l := first
 		first = nil
 		if l == nil {
-			l = d.placer.Place(b.Features, tried)
+			l = d.placer.Place(b.Work(), tried)
 		}
 		if l == nil {
 			if res.Err == nil {
@@ -280,7 +280,7 @@ func fitsDeadline(ctx context.Context, l *plan.Lease) bool {
 // work ahead than the straggler was expected to take (expected seconds), it can finish before the
 // deadline, and the retry budget allows.
 func (d *Dispatcher) placeHedge(ctx context.Context, exclude []*cluster.Node, b *plan.Batch, expected float64) *plan.Lease {
-	l := d.placer.Place(b.Features, exclude)
+	l := d.placer.Place(b.Work(), exclude)
 	if l == nil {
 		return nil
 	}
@@ -294,7 +294,7 @@ func (d *Dispatcher) placeHedge(ctx context.Context, exclude []*cluster.Node, b 
 // placeRescue places a second copy of a slow batch through the placer, if it can finish before
 // the deadline and the retry budget allows.
 func (d *Dispatcher) placeRescue(ctx context.Context, exclude []*cluster.Node, b *plan.Batch) *plan.Lease {
-	l := d.placer.Place(b.Features, exclude)
+	l := d.placer.Place(b.Work(), exclude)
 	if l == nil {
 		return nil
 	}
@@ -352,6 +352,7 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slo
 	case err == nil:
 		n.Succeeded()
 		n.Observe(resp, now)
+		n.Remember(b.PrefixKey, resp.GetStats().GetPrefixCached())
 		observe(d.m.BatchDuration, el.Seconds())
 		if l.Finish > 0 {
 			d.acc.Add(el.Seconds() / l.Finish)

@@ -11,9 +11,11 @@
 // each candidate's backlog and relative speed. Then, in the split's order (earliest planned start
 // first), Placer.Place puts each batch on a node:
 //
-//	node   = the route strategy's pick among eligible nodes (healthy, breaker not open)
+//	node   = the route strategy's pick among eligible nodes (healthy, breaker not open, not ejected)
+//	cost   = node's learned cost of the batch, less its prefix (a·P + b·P²/2) on a node believed
+//	         to hold the prefix in its cache
 //	start  = node.Load(now)                       seconds of work ahead of the batch
-//	finish = start + node's learned cost of the batch
+//	finish = start + cost
 //
 // and charges the batch to the node at once, so the next batch's pick, and every concurrent
 // request, sees it. A Plan's Finish is the largest batch finish: when the request is projected to
@@ -23,6 +25,7 @@
 package plan
 
 import (
+	"hash/fnv"
 	"slices"
 	"time"
 
@@ -73,41 +76,60 @@ func NewPlacer(c *cluster.Cluster, picker route.Picker) *Placer {
 	return &Placer{cluster: c, picker: picker}
 }
 
-// candList adapts nodes to route.Candidates; loads are read at pick time.
+// Work is what a placement prices: the batch's features (its prefix computed) and its prefix's
+// key and features, which a node that holds the prefix in its cache does not pay.
+type Work struct {
+	Features costmodel.Features
+	// PrefixKey identifies the shared prefix (instruction and query); 0: none.
+	PrefixKey uint64
+	Prefix    costmodel.Features
+}
+
+// On is the work's features on node n: without the prefix where n holds it.
+func (w Work) On(n *cluster.Node) costmodel.Features {
+	if !n.Holds(w.PrefixKey) {
+		return w.Features
+	}
+	return costmodel.Features{Tokens: w.Features.Tokens - w.Prefix.Tokens, Pairs: w.Features.Pairs - w.Prefix.Pairs, Batches: w.Features.Batches}
+}
+
+// candList adapts nodes to route.Candidates and route.Costed; loads are read at pick time.
 type candList struct {
 	nodes []*cluster.Node
 	now   time.Time
+	work  Work
 }
 
 func (c candList) Len() int           { return len(c.nodes) }
 func (c candList) Load(i int) float64 { return c.nodes[i].Load(c.now) }
+func (c candList) Cost(i int) float64 { return c.nodes[i].Coeffs().Seconds(c.work.On(c.nodes[i])) }
 
-// Place picks a node for a batch of features f among the eligible nodes not in exclude, takes a
-// breaker permit and charges the batch to the node. When every breaker refuses it falls back to
-// the node that failed longest ago (breakers never remove every node). It returns nil when no
-// node can take the batch.
-func (p *Placer) Place(f costmodel.Features, exclude []*cluster.Node) *Lease {
+// Place picks a node for work w among the eligible nodes not in exclude, takes a breaker permit
+// and charges the batch to the node. When every breaker refuses it falls back to the node that
+// failed longest ago (breakers never remove every node). It returns nil when no node can take the
+// batch.
+func (p *Placer) Place(w Work, exclude []*cluster.Node) *Lease {
 	cands := p.cluster.Eligible(exclude)
 	for len(cands) > 0 {
-		i := p.picker.Pick(candList{cands, time.Now()})
+		i := p.picker.Pick(candList{cands, time.Now(), w})
 		n := cands[i]
 		done, err := n.Breaker().Allow()
 		if err == nil {
-			return lease(n, done, f)
+			return lease(n, done, w)
 		}
 		// Open, or half-open with its probes taken: try the others.
 		cands = slices.Delete(cands, i, i+1)
 	}
 	if fb := p.cluster.Fallback(exclude); len(fb) > 0 {
-		return lease(fb[0], nil, f)
+		return lease(fb[0], nil, w)
 	}
 	return nil
 }
 
-func lease(n *cluster.Node, done func(error), f costmodel.Features) *Lease {
+func lease(n *cluster.Node, done func(error), w Work) *Lease {
 	c := n.Coeffs()
 	now := time.Now()
-	l := &Lease{Node: n, Done: done, Coeffs: c, Predicted: c.Seconds(f)}
+	l := &Lease{Node: n, Done: done, Coeffs: c, Predicted: c.Seconds(w.On(n))}
 	l.Start = n.Load(now)
 	l.Finish = l.Start + l.Predicted
 	n.Charge(now, l.Predicted)
@@ -123,12 +145,28 @@ type Batch struct {
 	Items []int
 	// Req is the ScoreBatch request to send.
 	Req *relevancev1.ScoreBatchRequest
-	// PrefixTokens is the shared prefix's token count.
+	// PrefixTokens is the shared prefix's token count; PrefixKey identifies it (instruction and
+	// query) for the nodes' prefix caches.
 	PrefixTokens int
+	PrefixKey    uint64
 	// Features is the batch's work as the proxy sees it (prefix not cached).
 	Features costmodel.Features
 	// Lease is the node the batch was placed on; nil when no node could take it.
 	Lease *Lease
+}
+
+// Work is the batch as a placement prices it.
+func (b *Batch) Work() Work {
+	return Work{Features: b.Features, PrefixKey: b.PrefixKey, Prefix: costmodel.PrefixFeatures(b.PrefixTokens)}
+}
+
+// PrefixKey identifies the shared prefix of (instruction, query) — what a node's prefix cache is
+// keyed by, up to the tokenizer — as a 64-bit FNV-1a hash of the prompt body up to the document.
+// Never 0.
+func PrefixKey(instruction, query string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(prompt.BodyPrefix(instruction, query)))
+	return max(h.Sum64(), 1)
 }
 
 // Plan is one request's batches, placed.
@@ -249,6 +287,7 @@ func (pl *Planner) Plan(req *relevancev1.ScoreRequest, reqID string) *Plan {
 		MaxBatchItems:      pl.cfg.MaxBatchItems,
 		TargetBatchSeconds: pl.cfg.TargetBatchSeconds,
 	}
+	key := PrefixKey(req.GetInstruction(), req.GetQuery())
 	out := &Plan{PrefixTokens: prefix, ItemTokens: toks, Candidates: len(cands), MinSamples: cands[0].Samples()}
 	for i, n := range cands {
 		in.Nodes[i] = split.Node{Backlog: n.Load(now), Scale: n.Scale(ref)}
@@ -271,12 +310,12 @@ func (pl *Planner) Plan(req *relevancev1.ScoreRequest, reqID string) *Plan {
 			br.Items[j] = req.GetItems()[i]
 			bt[j] = toks[i]
 		}
-		out.Batches[bi] = &Batch{Index: bi, Items: b.Items, Req: br, PrefixTokens: prefix, Features: costmodel.BatchFeatures(prefix, bt, false)}
+		out.Batches[bi] = &Batch{Index: bi, Items: b.Items, Req: br, PrefixTokens: prefix, PrefixKey: key, Features: costmodel.BatchFeatures(prefix, bt, false)}
 	}
 	// Place in the split's order (earliest planned start first), each placement charged before
 	// the next, so that the route strategy's picks follow the split's plan.
 	for _, b := range out.Batches {
-		b.Lease = pl.placer.Place(b.Features, nil)
+		b.Lease = pl.placer.Place(b.Work(), nil)
 	}
 	out.Duration = time.Since(start)
 	return out

@@ -16,6 +16,7 @@ import (
 	"github.com/relevance-scoring/relevance/proxy/cluster"
 	"github.com/relevance-scoring/relevance/proxy/route"
 	"github.com/relevance-scoring/relevance/proxy/route/leastloaded"
+	"github.com/relevance-scoring/relevance/proxy/route/prefixaffinity"
 	"github.com/relevance-scoring/relevance/proxy/route/roundrobin"
 	"github.com/relevance-scoring/relevance/proxy/split/cost"
 )
@@ -58,7 +59,7 @@ func TestPlaceChargesEachPickBeforeTheNext(t *testing.T) {
 	want := prior.Seconds(f)
 	var ls []*Lease
 	for range 3 {
-		l := p.Place(f, nil)
+		l := p.Place(Work{Features: f}, nil)
 		if l == nil {
 			t.Fatal("no lease")
 		}
@@ -91,12 +92,12 @@ func TestPlaceExcludesTriedNodes(t *testing.T) {
 	c := startCluster(t, 2)
 	p := NewPlacer(c, leastloaded.New(0, route.DefaultRand))
 	f := costmodel.BatchFeatures(10, []int{10}, false)
-	first := p.Place(f, nil)
-	second := p.Place(f, []*cluster.Node{first.Node})
+	first := p.Place(Work{Features: f}, nil)
+	second := p.Place(Work{Features: f}, []*cluster.Node{first.Node})
 	if second == nil || second.Node == first.Node {
 		t.Fatalf("placement excluding %s: %v", first.Node.Addr(), second)
 	}
-	if l := p.Place(f, []*cluster.Node{first.Node, second.Node}); l != nil {
+	if l := p.Place(Work{Features: f}, []*cluster.Node{first.Node, second.Node}); l != nil {
 		t.Errorf("every node excluded: got a lease on %s", l.Node.Addr())
 	}
 	first.Release()
@@ -171,5 +172,47 @@ func TestPlanWithoutNodes(t *testing.T) {
 	counter, _ := prompt.NewCounter(prompt.CountEstimate)
 	if pl := NewPlanner(Config{}, counter, cost.New(), c, NewPlacer(c, roundrobin.New(0))).Plan(request(2), "r"); pl != nil {
 		t.Errorf("plan without nodes: %+v", pl)
+	}
+}
+
+// TestPlaceCreditsACachedPrefix: on a node believed to hold the batch's prefix the batch costs its
+// items only, and prefix affinity sends it there while that node's queue costs less than the
+// prefix it saves.
+func TestPlaceCreditsACachedPrefix(t *testing.T) {
+	c := startCluster(t, 2)
+	p := NewPlacer(c, prefixaffinity.New(0, route.DefaultRand))
+	key := PrefixKey("", "usb-c charger")
+	w := Work{Features: costmodel.BatchFeatures(400, []int{20, 20}, false), PrefixKey: key, Prefix: costmodel.PrefixFeatures(400)}
+	holder := c.Snapshot()[1]
+	holder.Remember(key, true)
+	full, items := prior.Seconds(w.Features), prior.Seconds(costmodel.BatchFeatures(400, []int{20, 20}, true))
+	var ls []*Lease
+	defer func() {
+		for _, l := range ls {
+			l.Release()
+		}
+	}()
+	for k := 0; ; k++ {
+		if k > 50 {
+			t.Fatal("every batch went to the holder: affinity piled work on one node")
+		}
+		l := p.Place(w, nil)
+		ls = append(ls, l)
+		if l.Node != holder {
+			// The holder's queue now costs more than the prefix it saves.
+			if !near(l.Predicted, full) || holder.Load(time.Now())+items <= full-0.01 {
+				t.Errorf("batch %d left the holder (load %.4f) at predicted %.4f; want it only once load + %.4f > %.4f", k, holder.Load(time.Now()), l.Predicted, items, full)
+			}
+			if k == 0 {
+				t.Error("the first batch did not go to the idle holder")
+			}
+			break
+		}
+		if !near(l.Predicted, items) {
+			t.Errorf("predicted %.4f on the holder, want the items' %.4f (not %.4f)", l.Predicted, items, full)
+		}
+		if l.Start+items > full+0.01 {
+			t.Errorf("batch %d on the holder behind %.4f s: it would finish earlier elsewhere", k, l.Start)
+		}
 	}
 }

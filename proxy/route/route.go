@@ -36,3 +36,22 @@ func (s Slice) Len() int { return len(s) }
 
 // Load implements Candidates.
 func (s Slice) Load(i int) float64 { return s[i] }
+
+// Costed is implemented by Candidates that can price the batch being placed on each candidate:
+// Cost(i) is its predicted seconds on candidate i (lower where the node already holds the batch's
+// prefix, or is faster). Strategies that weigh cost against load assert it.
+type Costed interface {
+	Cost(i int) float64
+}
+
+// Costs is a Candidates over loads and costs (tests, benchmarks).
+type Costs struct{ Loads, Costs []float64 }
+
+// Len implements Candidates.
+func (c Costs) Len() int { return len(c.Loads) }
+
+// Load implements Candidates.
+func (c Costs) Load(i int) float64 { return c.Loads[i] }
+
+// Cost implements Costed.
+func (c Costs) Cost(i int) float64 { return c.Costs[i] }

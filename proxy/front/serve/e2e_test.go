@@ -35,7 +35,7 @@ func TestEndToEndWithRealCore(t *testing.T) {
 	defer nodes.Close()
 	cfg := testRunConfig()
 	cfg.Proxy.Nodes.Static = nodes.Addrs()
-	cfg.Proxy.Split.MaxBatchItems = 4 // several batches over several nodes
+	cfg.Proxy.Split.MaxBatchItems = 4                      // several batches over several nodes
 	cfg.Proxy.Model.Aliases = []string{"rerank-v3.5", "m"} // what the Cohere clients below send
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := prometheus.NewRegistry()
