@@ -206,7 +206,10 @@ type ScoreOptions struct {
 	ReturnTimings bool `protobuf:"varint,3,opt,name=return_timings,json=returnTimings,proto3" json:"return_timings,omitempty"`
 	// Return the scores that succeeded when some batches fail, with per-item status, instead of
 	// failing the whole request. Overrides the proxy's on_partial_failure setting when true.
-	AllowPartial  bool `protobuf:"varint,4,opt,name=allow_partial,json=allowPartial,proto3" json:"allow_partial,omitempty"`
+	AllowPartial bool `protobuf:"varint,4,opt,name=allow_partial,json=allowPartial,proto3" json:"allow_partial,omitempty"`
+	// Bypass the proxy's score cache for this request: every item is scored by a node (and the
+	// fresh scores still refresh the cache).
+	NoCache       bool `protobuf:"varint,5,opt,name=no_cache,json=noCache,proto3" json:"no_cache,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -265,6 +268,13 @@ func (x *ScoreOptions) GetReturnTimings() bool {
 func (x *ScoreOptions) GetAllowPartial() bool {
 	if x != nil {
 		return x.AllowPartial
+	}
+	return false
+}
+
+func (x *ScoreOptions) GetNoCache() bool {
+	if x != nil {
+		return x.NoCache
 	}
 	return false
 }
@@ -386,8 +396,10 @@ type Usage struct {
 	ItemTokens uint64 `protobuf:"varint,4,opt,name=item_tokens,json=itemTokens,proto3" json:"item_tokens,omitempty"`
 	// Document tokens cut by truncation.
 	TokensTruncated uint64 `protobuf:"varint,5,opt,name=tokens_truncated,json=tokensTruncated,proto3" json:"tokens_truncated,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Items answered from the proxy's score cache (no node computed them).
+	CachedItems   uint64 `protobuf:"varint,6,opt,name=cached_items,json=cachedItems,proto3" json:"cached_items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
@@ -451,6 +463,13 @@ func (x *Usage) GetItemTokens() uint64 {
 func (x *Usage) GetTokensTruncated() uint64 {
 	if x != nil {
 		return x.TokensTruncated
+	}
+	return 0
+}
+
+func (x *Usage) GetCachedItems() uint64 {
+	if x != nil {
+		return x.CachedItems
 	}
 	return 0
 }
@@ -1135,9 +1154,14 @@ type ScoreBatchResponse struct {
 	Model  string       `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
 	NodeId string       `protobuf:"bytes,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// True when the node runs the emulated engine (no model: timings from a cost profile).
-	Emulated      bool `protobuf:"varint,7,opt,name=emulated,proto3" json:"emulated,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Emulated bool `protobuf:"varint,7,opt,name=emulated,proto3" json:"emulated,omitempty"`
+	// The identity of what produced the scores: a hash of the weights, the model config, the
+	// tokenizer, the prompt template and the numeric settings. Two nodes with equal fingerprints
+	// give the same scores; the proxy never mixes fingerprints in one reply nor serves a cached
+	// score under another fingerprint. Empty: unknown.
+	ModelFingerprint string `protobuf:"bytes,8,opt,name=model_fingerprint,json=modelFingerprint,proto3" json:"model_fingerprint,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ScoreBatchResponse) Reset() {
@@ -1219,6 +1243,13 @@ func (x *ScoreBatchResponse) GetEmulated() bool {
 	return false
 }
 
+func (x *ScoreBatchResponse) GetModelFingerprint() string {
+	if x != nil {
+		return x.ModelFingerprint
+	}
+	return ""
+}
+
 var File_relevance_v1_relevance_proto protoreflect.FileDescriptor
 
 const file_relevance_v1_relevance_proto_rawDesc = "" +
@@ -1226,14 +1257,15 @@ const file_relevance_v1_relevance_proto_rawDesc = "" +
 	"\x1crelevance/v1/relevance.proto\x12\frelevance.v1\"*\n" +
 	"\x04Item\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
-	"\x04text\x18\x02 \x01(\tR\x04text\"\xc3\x01\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\"\xde\x01\n" +
 	"\fScoreOptions\x128\n" +
 	"\n" +
 	"truncation\x18\x01 \x01(\x0e2\x18.relevance.v1.TruncationR\n" +
 	"truncation\x12-\n" +
 	"\x13max_tokens_per_item\x18\x02 \x01(\rR\x10maxTokensPerItem\x12%\n" +
 	"\x0ereturn_timings\x18\x03 \x01(\bR\rreturnTimings\x12#\n" +
-	"\rallow_partial\x18\x04 \x01(\bR\fallowPartial\"\xe8\x01\n" +
+	"\rallow_partial\x18\x04 \x01(\bR\fallowPartial\x12\x19\n" +
+	"\bno_cache\x18\x05 \x01(\bR\anoCache\"\xe8\x01\n" +
 	"\tItemScore\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x14\n" +
@@ -1242,14 +1274,15 @@ const file_relevance_v1_relevance_proto_rawDesc = "" +
 	"\x06status\x18\x05 \x01(\x0e2\x18.relevance.v1.ItemStatusR\x06status\x12\x16\n" +
 	"\x06tokens\x18\x06 \x01(\rR\x06tokens\x12)\n" +
 	"\x10truncated_tokens\x18\a \x01(\rR\x0ftruncatedTokens\x12\x14\n" +
-	"\x05error\x18\b \x01(\tR\x05error\"\xcf\x01\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"\xf2\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x04R\fpromptTokens\x12#\n" +
 	"\rprefix_tokens\x18\x02 \x01(\x04R\fprefixTokens\x120\n" +
 	"\x14prefix_tokens_reused\x18\x03 \x01(\x04R\x12prefixTokensReused\x12\x1f\n" +
 	"\vitem_tokens\x18\x04 \x01(\x04R\n" +
 	"itemTokens\x12)\n" +
-	"\x10tokens_truncated\x18\x05 \x01(\x04R\x0ftokensTruncated\"\xeb\x01\n" +
+	"\x10tokens_truncated\x18\x05 \x01(\x04R\x0ftokensTruncated\x12!\n" +
+	"\fcached_items\x18\x06 \x01(\x04R\vcachedItems\"\xeb\x01\n" +
 	"\aTimings\x12#\n" +
 	"\rtotal_seconds\x18\x01 \x01(\x01R\ftotalSeconds\x12!\n" +
 	"\fplan_seconds\x18\x02 \x01(\x01R\vplanSeconds\x12#\n" +
@@ -1312,7 +1345,7 @@ const file_relevance_v1_relevance_proto_rawDesc = "" +
 	"itemTokens\x12%\n" +
 	"\x0emerged_batches\x18\x06 \x01(\rR\rmergedBatches\x12%\n" +
 	"\x0eforward_tokens\x18\a \x01(\x04R\rforwardTokens\x12'\n" +
-	"\x0fforward_seconds\x18\b \x01(\x01R\x0eforwardSeconds\"\x97\x02\n" +
+	"\x0fforward_seconds\x18\b \x01(\x01R\x0eforwardSeconds\"\xc4\x02\n" +
 	"\x12ScoreBatchResponse\x12/\n" +
 	"\x06scores\x18\x01 \x03(\v2\x17.relevance.v1.ItemScoreR\x06scores\x12)\n" +
 	"\x05usage\x18\x02 \x01(\v2\x13.relevance.v1.UsageR\x05usage\x12*\n" +
@@ -1320,7 +1353,8 @@ const file_relevance_v1_relevance_proto_rawDesc = "" +
 	"\x05stats\x18\x04 \x01(\v2\x18.relevance.v1.BatchStatsR\x05stats\x12\x14\n" +
 	"\x05model\x18\x05 \x01(\tR\x05model\x12\x17\n" +
 	"\anode_id\x18\x06 \x01(\tR\x06nodeId\x12\x1a\n" +
-	"\bemulated\x18\a \x01(\bR\bemulated*Q\n" +
+	"\bemulated\x18\a \x01(\bR\bemulated\x12+\n" +
+	"\x11model_fingerprint\x18\b \x01(\tR\x10modelFingerprint*Q\n" +
 	"\n" +
 	"Truncation\x12\x1a\n" +
 	"\x16TRUNCATION_UNSPECIFIED\x10\x00\x12\x12\n" +
