@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"time"
 
@@ -26,18 +25,19 @@ type calibration struct {
 type calShape struct{ queryWords, items, itemTokens int }
 
 // calShapes is one round of the calibration design, cheapest first. It separates the three
-// terms: a tiny pass (mostly the per-batch c), many short items (the per-token a), few long
-// items and a long prefix (the attended pairs, b), and a pass shaped like ordinary traffic.
+// terms: a tiny pass (mostly the per-batch c), many short items (the per-token a), a long prefix
+// and a long item (the attended pairs, b). Passes are small so that the warm-up and one round
+// fit the default budget on one slow, shared core (the small preset runs ~700 tokens a second
+// there, and ~50 ms per pass).
 var calShapes = []calShape{
 	{2, 1, 16},
-	{2, 8, 48},
-	{120, 4, 48},
-	{2, 2, 320},
-	{10, 8, 160},
+	{2, 8, 24},
+	{120, 2, 24},
+	{2, 1, 192},
 }
 
 const (
-	calRounds = 4 // rounds of calShapes at most: a fast engine stops early
+	calRounds = 5 // rounds of calShapes at most: a fast engine stops early
 	calSeed   = 0x5eed
 )
 
@@ -48,12 +48,13 @@ var calWords = strings.Fields("the of and to in a is that for it as was with be 
 	"price water home light power small black battery steel cotton size colour weight model phone case kitchen")
 
 // calibrate times forward passes of eng on synthetic prompts of the calShapes, round after round,
-// until calRounds are done or the budget would be exceeded, and fits the cost formula to them
-// (costmodel.Fit). The first pass, the largest of a round, is a warm-up and not fitted: it faults
-// the weights in and sizes the engine's buffers. A pass is not started when the time spent plus
-// its prediction (the prior scaled by what the passes so far measured against it) exceeds the
-// budget, and ctx bounds every pass. now is the clock; forward runs one pass (the scheduler's,
-// which turns an engine panic into an error).
+// until calRounds are done or the budget is spent, and fits the cost formula to them
+// (costmodel.Fit). The first pass, the tiny shape, is a warm-up and not fitted (first-touch
+// costs). The budget bounds every pass through its context: the pass running when it ends is
+// cancelled and not fitted. No pass is predicted and skipped: the prior is only a guess (its
+// per-batch term can be 20× off), and a wrong prediction would skip exactly the passes that
+// tell the terms apart. The fit needs 4 passes of 3 shapes at least. now is the clock; forward
+// runs one pass (the scheduler's, which turns an engine panic into an error).
 func calibrate(ctx context.Context, eng scorer.Engine, budget time.Duration, now func() time.Time,
 	forward func(context.Context, []*scorer.Group) (scorer.ForwardStats, error)) (cal calibration) {
 	t0 := now()
@@ -66,31 +67,26 @@ func calibrate(ctx context.Context, eng scorer.Engine, budget time.Duration, now
 		cal.Err = fmt.Errorf("calibration: %w", err)
 		return cal
 	}
-	prior := eng.CostPrior().Coeffs
 	var samples []costmodel.Sample
-	var ratios []float64 // measured ÷ prior's prediction, per pass so far
-	plan := []calShape{slices.MaxFunc(calShapes, func(a, b calShape) int { return a.items*a.itemTokens - b.items*b.itemTokens })}
+	seen := make([]bool, len(calShapes))
+	plan := []int{0} // the warm-up
 	for range calRounds {
-		plan = append(plan, calShapes...)
+		for i := range calShapes {
+			plan = append(plan, i)
+		}
 	}
-	for k, sh := range plan {
-		g, err := calGroup(eng, rng, doc, sh, k, info.MaxTokens)
+	for k, si := range plan {
+		left := budget - now().Sub(t0)
+		if left <= 0 {
+			break
+		}
+		g, err := calGroup(eng, rng, doc, calShapes[si], k, info.MaxTokens)
 		if err != nil {
 			cal.Err = fmt.Errorf("calibration: %w", err)
 			return cal
 		}
 		groups := []*scorer.Group{g}
 		f := eng.CostFeatures(groups)
-		if len(ratios) > 0 {
-			pred := prior.Seconds(f) * median(ratios)
-			if now().Sub(t0)+secondsDur(pred) > budget {
-				break
-			}
-		}
-		left := budget - now().Sub(t0)
-		if left <= 0 {
-			break
-		}
 		pctx, cancel := context.WithTimeout(ctx, left)
 		start := now()
 		st, err := forward(pctx, groups)
@@ -111,16 +107,20 @@ func calibrate(ctx context.Context, eng scorer.Engine, budget time.Duration, now
 			f = st.Features
 		}
 		y := passSeconds(st, wall)
-		if p := prior.Seconds(f); p > 0 && y > 0 {
-			ratios = append(ratios, y/p)
-		}
 		if k > 0 && y > 0 {
 			samples = append(samples, costmodel.Sample{Features: f, Seconds: y})
+			seen[si] = true
 		}
 	}
 	cal.Passes = len(samples)
-	if len(samples) < len(calShapes) {
-		cal.Err = fmt.Errorf("calibration: %d passes fitted in the budget of %v, want at least %d (one of each shape)", len(samples), budget, len(calShapes))
+	shapes := 0
+	for _, ok := range seen {
+		if ok {
+			shapes++
+		}
+	}
+	if len(samples) < 4 || shapes < 3 {
+		cal.Err = fmt.Errorf("calibration: %d passes of %d shapes in the budget of %v, want at least 4 of 3", len(samples), shapes, budget)
 		return cal
 	}
 	fit, err := costmodel.Fit(samples)
@@ -180,10 +180,4 @@ func calText(rng *rand.Rand, words int) string {
 		w[i] = calWords[rng.IntN(len(calWords))]
 	}
 	return strings.Join(w, " ")
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
