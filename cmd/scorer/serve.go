@@ -89,6 +89,7 @@ func serveConfig(args []string) (node.Config, error) {
 	bf16Matmul := fs.String("bf16-matmul", "", "how bf16 weights are multiplied: auto (AMX at f32 accuracy where available), widen or bf16 (bf16 dot products)")
 	prefixCache := fs.Int64("prefix-cache-bytes", 0, "cross-request prefix cache budget in bytes (0 disables)")
 	calBudget := fs.Duration("calibration-budget", 0, "time for timing passes of the model at start-up, when no cost is configured (default 3s; 0 disables)")
+	faultInjection := fs.Bool("fault-injection", false, "enable GET/POST /debug/fault on the HTTP port (slowdown, stall, fail_next: for fault tests only)")
 	if err := fs.Parse(args); err != nil {
 		return node.Config{}, err
 	}
@@ -126,6 +127,8 @@ func serveConfig(args []string) (node.Config, error) {
 			cfg.PrefixCacheBytes = *prefixCache
 		case "calibration-budget":
 			cfg.CalibrationBudget = *calBudget
+		case "fault-injection":
+			cfg.FaultInjection = *faultInjection
 		}
 	})
 	if err := cfg.Validate(); err != nil {

@@ -79,6 +79,9 @@ type Config struct {
 	// CalibrationBudget bounds the start-up calibration's time; 0 disables it (like Calibrate
 	// false). A pass that would not finish within it is not started.
 	CalibrationBudget time.Duration `yaml:"calibration_budget"`
+	// FaultInjection enables GET/POST /debug/fault on the HTTP port (slow, stalled or failing
+	// node on demand, for fault tests; see Fault). false: no route, no hook.
+	FaultInjection bool `yaml:"fault_injection"`
 }
 
 // Default returns the defaults every field starts from.

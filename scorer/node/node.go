@@ -171,6 +171,10 @@ func New(cfg Config, load LoadFunc, opt Options) (*Node, error) {
 	mux.HandleFunc("GET /readyz", n.handleReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
 	mux.HandleFunc("GET /v1/status", n.handleStatus)
+	if cfg.FaultInjection {
+		n.sched.fault = newFaults(n.log)
+		n.sched.fault.register(mux)
+	}
 	n.httpSrv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -552,6 +556,10 @@ func (n *Node) intercept(ctx context.Context, req any, info *grpc.UnaryServerInf
 
 func (s *service) ScoreBatch(ctx context.Context, req *pb.ScoreBatchRequest) (*pb.ScoreBatchResponse, error) {
 	n := s.n
+	if err := n.sched.fault.failCall(); err != nil {
+		n.m.errors.WithLabelValues(reasonInjected).Inc()
+		return nil, err
+	}
 	p := n.engine.Load()
 	switch {
 	case n.isDraining.Load():

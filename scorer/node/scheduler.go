@@ -56,6 +56,7 @@ type scheduler struct {
 	maxQueue       int
 	m              *metrics
 	log            *slog.Logger // nil: panics are not logged
+	fault          *faults      // nil: no fault injection (Config.FaultInjection)
 	now            func() time.Time
 
 	mu           sync.Mutex
@@ -449,7 +450,7 @@ func (s *scheduler) runPass(eng scorer.Engine, jobs []*job) (panicked bool) {
 		})
 	}
 	start := s.now()
-	st, err := s.forward(ctx, eng, groups)
+	st, err := s.faultyForward(ctx, eng, groups)
 	var pe *enginePanic
 	panicked = errors.As(err, &pe)
 	dur := s.now().Sub(start)
