@@ -1,16 +1,39 @@
 // Package backend is the contract between the proxy and a scoring server of some kind: our own
 // scorer node (gRPC Scorer.ScoreBatch) or a rerank server a team already runs (vLLM, SGLang,
-// llama.cpp, Hugging Face TEI, Infinity), each spoken in its own wire format by a sub-package.
+// llama.cpp, Hugging Face TEI, Infinity), each spoken in its own wire format by a sub-package
+// (backend/scorer, backend/vllm, …). backend/registry builds one from a Spec.
 //
 // Every kind answers one ScoreBatch in our terms: one score per item, in the batch's item order,
-// with Index = position in the batch. Kinds that report no compute time or load leave Stats and
-// Load nil; the proxy then learns the node's speed from observed latency.
+// with Index = position in the batch, Score = sigmoid(logit("yes") − logit("no")) in [0, 1] and
+// Logit that difference. Kinds that report no compute time or load leave Stats and Load nil; the
+// proxy then learns the node's speed from observed latency and, where the kind implements
+// Loader, reads its backlog from the server's own metrics.
+//
+// Errors are gRPC status errors whose message starts "node <kind>@<addr>: ":
+//
+//   - codes.InvalidArgument: input the server refused as bad (HTTP 400, 422), or an instruction
+//     that a server-side template cannot carry;
+//   - codes.FailedPrecondition: a request over one of the server's limits (HTTP 413, documents per
+//     request, tokens per pair); a planning error to fix, not to retry; the message says the limit;
+//   - codes.ResourceExhausted: the server shed the request (HTTP 429);
+//   - codes.Unavailable: the server could not be reached or answered 5xx / 503;
+//   - codes.DeadlineExceeded: no answer within the call's deadline; codes.Canceled: the caller left;
+//   - codes.Unimplemented: the endpoint or model does not exist (HTTP 404): a misconfigured node;
+//   - codes.Internal: a reply in the wrong shape; the message names the field, e.g.
+//     "node tei@127.0.0.1:8081: results[3].index 7 out of range for 4 documents".
+//
+// No kind asks its server to truncate: an item too long for the server fails the batch with
+// FailedPrecondition, and cutting documents to fit is the planner's job.
 //
 // Implementations must be safe for concurrent use.
 package backend
 
 import (
 	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 )
@@ -25,12 +48,31 @@ const (
 	KindInfinity = "infinity"
 )
 
+// Kinds lists every kind, sorted (the order validation errors name them in).
+func Kinds() []string {
+	return []string{KindInfinity, KindLlamaCpp, KindScorer, KindSGLang, KindTEI, KindVLLM}
+}
+
+// Who renders the Qwen3-Reranker prompt around each (query, document) pair.
+const (
+	// TemplateProxy: the proxy sends the prompt built from package prompt (HeadText,
+	// BodyPrefix, TailText). For a pair API (query + documents), whose servers concatenate
+	// the two, the query carries HeadText+BodyPrefix (the shared prefix) and each document
+	// " "+document+TailText, so the text the model reads is exactly the full prompt.
+	TemplateProxy = "proxy"
+	// TemplateServer: the server gets query and documents as they are and applies its own
+	// template (or none, for a plain cross-encoder).
+	TemplateServer = "server"
+)
+
+// DefaultTimeout caps one call when Spec.Timeout is zero (the request's deadline still applies
+// when it is earlier).
+const DefaultTimeout = 30 * time.Second
+
 // Backend is one scoring server.
 type Backend interface {
-	// ScoreBatch scores every item of req against its query. Errors are gRPC status errors
-	// (codes.InvalidArgument for input the server refused as bad, codes.Unavailable for a server
-	// that cannot be reached or answered 5xx, codes.DeadlineExceeded, codes.Internal for a reply
-	// in the wrong shape — its message names the node and the field).
+	// ScoreBatch scores every item of req against its query, under ctx's deadline. Errors are
+	// gRPC status errors as described in the package doc.
 	ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchRequest) (*relevancev1.ScoreBatchResponse, error)
 	// Healthy reports whether the server answers its health endpoint as ready.
 	Healthy(ctx context.Context) bool
@@ -40,8 +82,138 @@ type Backend interface {
 	Close() error
 }
 
+// Loader is implemented by kinds whose server publishes its backlog (Prometheus /metrics, or
+// Infinity's /models stats).
+type Loader interface {
+	// LoadGauge reads the server's own queue gauges: requests waiting and requests running, in
+	// the server's unit (for every HTTP kind here, one (query, document) pair is one request).
+	// ok is false when the server did not answer or does not export them (metrics disabled).
+	LoadGauge(ctx context.Context) (waiting, running float64, ok bool)
+}
+
 // Limits bound one request to a server.
 type Limits struct {
 	// MaxItems is the most documents one request may carry (0: no limit).
 	MaxItems int
+	// MaxItemTokens is the most prompt tokens one (query, document) pair may have, template
+	// included (0: no limit). llama.cpp scores each pair in one physical batch (n_ubatch).
+	MaxItemTokens int
+}
+
+// Spec configures one node. The zero value is invalid (Kind and Addr are required); zero
+// numeric fields mean "the kind's default".
+type Spec struct {
+	// Kind is one of Kinds().
+	Kind string `yaml:"kind" json:"kind"`
+	// Addr is where the server listens. scorer: a gRPC target (host:port). Other kinds: host:port
+	// (http assumed) or a base URL with an optional path prefix (https://gpu-3:7997/v1).
+	Addr string `yaml:"addr" json:"addr"`
+	// Template is TemplateProxy, TemplateServer or "" for the kind's default (each kind's
+	// package doc says which and why).
+	Template string `yaml:"template" json:"template"`
+	// MaxItems overrides the kind's documents-per-request limit (0: the kind's default).
+	MaxItems int `yaml:"max_items" json:"max_items"`
+	// MaxItemTokens overrides the kind's prompt-tokens-per-pair limit (0: the kind's default).
+	MaxItemTokens int `yaml:"max_item_tokens" json:"max_item_tokens"`
+	// Model is sent as the request's "model" field where the API has one ("": none sent).
+	Model string `yaml:"model" json:"model"`
+	// Timeout caps one call (and one health or load probe) when shorter than the request's
+	// deadline (0: DefaultTimeout).
+	Timeout time.Duration `yaml:"timeout" json:"timeout"`
+}
+
+// Validate checks the fields every kind shares; errors name the field ("kind: …"), and callers
+// holding a list prefix it ("nodes[2].kind: …"). Kind-specific rules are checked by the kind's
+// constructor.
+func (s Spec) Validate() error {
+	known := false
+	for _, k := range Kinds() {
+		known = known || s.Kind == k
+	}
+	if !known {
+		return fmt.Errorf("kind: must be one of %s, got %q", strings.Join(Kinds(), ", "), s.Kind)
+	}
+	if err := s.validateAddr(); err != nil {
+		return err
+	}
+	switch s.Template {
+	case "", TemplateProxy, TemplateServer:
+	default:
+		return fmt.Errorf("template: must be %q, %q or empty (the kind's default), got %q", TemplateProxy, TemplateServer, s.Template)
+	}
+	if s.MaxItems < 0 {
+		return fmt.Errorf("max_items: must be >= 0 (0: the kind's default), got %d", s.MaxItems)
+	}
+	if s.MaxItemTokens < 0 {
+		return fmt.Errorf("max_item_tokens: must be >= 0 (0: the kind's default), got %d", s.MaxItemTokens)
+	}
+	if s.Timeout < 0 {
+		return fmt.Errorf("timeout: must be >= 0 (0: %s), got %s", DefaultTimeout, s.Timeout)
+	}
+	return nil
+}
+
+func (s Spec) validateAddr() error {
+	if s.Addr == "" {
+		return fmt.Errorf("addr: must not be empty")
+	}
+	if s.Kind == KindScorer {
+		return nil // any gRPC target (dns:///…, unix:…, host:port)
+	}
+	if _, err := BaseURL(s.Addr); err != nil {
+		return fmt.Errorf("addr: %w", err)
+	}
+	return nil
+}
+
+// BaseURL parses an HTTP kind's Addr: host:port means http://host:port.
+func BaseURL(addr string) (*url.URL, error) {
+	raw := addr
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("must be host:port or an http(s) base URL, got %q", addr)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	return u, nil
+}
+
+// Node is the name errors and replies give a node: "<kind>@<host:port>" (the Addr's host for
+// URLs, the Addr itself for gRPC targets).
+func (s Spec) Node() string {
+	if s.Kind != KindScorer {
+		if u, err := BaseURL(s.Addr); err == nil {
+			return s.Kind + "@" + u.Host
+		}
+	}
+	return s.Kind + "@" + s.Addr
+}
+
+// TemplateOr is the Spec's template, or def when it leaves the choice to the kind.
+func (s Spec) TemplateOr(def string) string {
+	if s.Template == "" {
+		return def
+	}
+	return s.Template
+}
+
+// LimitsOr is the Spec's limits over the kind's defaults.
+func (s Spec) LimitsOr(def Limits) Limits {
+	if s.MaxItems > 0 {
+		def.MaxItems = s.MaxItems
+	}
+	if s.MaxItemTokens > 0 {
+		def.MaxItemTokens = s.MaxItemTokens
+	}
+	return def
+}
+
+// TimeoutOr is the Spec's per-call cap (DefaultTimeout when zero).
+func (s Spec) TimeoutOr() time.Duration {
+	if s.Timeout > 0 {
+		return s.Timeout
+	}
+	return DefaultTimeout
 }

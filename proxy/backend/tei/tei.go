@@ -1,0 +1,135 @@
+// Package tei is the node kind for Hugging Face Text Embeddings Inference serving a reranker
+// (a sequence-classification model with one label).
+//
+// Wire format, from huggingface/text-embeddings-inference: router/src/http/types.rs
+// (RerankRequest, Rank, RerankResponse), router/src/http/server.rs (rerank, health),
+// router/src/lib.rs (ErrorResponse, ErrorType → HTTP status), core/src/queue.rs (te_queue_size):
+//
+//	POST /rerank {"query": q, "texts": [...], "truncate": false, "raw_scores": true, "return_text": false}
+//	200 [{"index": i, "score": s}, ...]      a bare array, sorted by score, best first; every text
+//	                                         is scored (TEI has no top_n)
+//	4xx/5xx {"error": "…", "error_type": "…"}  Validation 413 ("batch size 33 > maximum allowed batch
+//	                                         size 32", or an input over --max-input-length when not
+//	                                         truncating), Overloaded 429, Tokenizer 422, Empty 400,
+//	                                         Backend 424, Unhealthy 503
+//	GET /health → 200 | 503; GET /metrics → te_queue_size (waiting), te_batch_current_size (running)
+//
+// Scores: raw_scores=true makes TEI return the classifier's logit (yes − no for a
+// Qwen3-Reranker converted to sequence classification); the adapter applies the sigmoid, so
+// Logit is the server's own value. (With raw_scores=false TEI would send sigmoid(logit).)
+//
+// Template: proxy by default. TEI has no prompt template: it tokenizes (query, text) as a pair
+// with the tokenizer's post-processor and runs a classifier, so a Qwen3-Reranker — served in its
+// sequence-classification conversion, e.g. tomaarsen/Qwen3-Reranker-0.6B-seq-cls, where the TEI
+// build supports it — needs the prompt built by the proxy. "server" sends query and documents as
+// they are, for a classic cross-encoder (BGE and the like), and refuses custom instructions.
+//
+// Limits: MaxItems defaults to 32, TEI's --max-client-batch-size default; a larger batch is
+// refused before it is sent, as TEI would with 413. MaxItemTokens defaults to none (set it to the
+// server's --max-input-length). The adapter sends truncate=false: an over-long pair is TEI's 413,
+// FailedPrecondition here.
+package tei
+
+import (
+	"context"
+
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/proxy/backend"
+	"github.com/relevance-scoring/relevance/proxy/backend/internal/wire"
+)
+
+// Kind defaults.
+const (
+	DefaultTemplate = backend.TemplateProxy
+	DefaultMaxItems = 32
+)
+
+// Backend is one TEI server, built by New (the zero value is not usable). It is safe for
+// concurrent use.
+type Backend struct {
+	c      *wire.Client
+	tmpl   string
+	limits backend.Limits
+	model  string
+}
+
+var (
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Loader  = (*Backend)(nil)
+)
+
+// New connects to the TEI server spec names (spec.Kind "" or "tei").
+func New(spec backend.Spec) (*Backend, error) {
+	if spec.Kind == "" {
+		spec.Kind = backend.KindTEI
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if spec.Kind != backend.KindTEI {
+		return nil, wire.KindError(backend.KindTEI, spec.Kind)
+	}
+	c, err := wire.NewClient(spec)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{
+		c:      c,
+		tmpl:   spec.TemplateOr(DefaultTemplate),
+		limits: spec.LimitsOr(backend.Limits{MaxItems: DefaultMaxItems}),
+		model:  spec.Model,
+	}, nil
+}
+
+type rerankRequest struct {
+	Query      string   `json:"query"`
+	Texts      []string `json:"texts"`
+	Truncate   bool     `json:"truncate"`
+	RawScores  bool     `json:"raw_scores"`
+	ReturnText bool     `json:"return_text"`
+}
+
+// ScoreBatch implements backend.Backend.
+func (b *Backend) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchRequest) (*relevancev1.ScoreBatchResponse, error) {
+	node, n := b.c.Node(), len(req.GetItems())
+	if n == 0 {
+		return wire.Response(node, b.model, 0, nil), nil
+	}
+	if err := wire.CheckItems(node, n, b.limits); err != nil {
+		return nil, err
+	}
+	query, docs, err := wire.Pair(node, b.tmpl, wire.FixedInstruction, req)
+	if err != nil {
+		return nil, err
+	}
+	body, err := b.c.PostJSON(ctx, "/rerank", rerankRequest{Query: query, Texts: docs, RawScores: true}, nil)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := wire.Ranked(body, "", "index", "score", n)
+	if err != nil {
+		return nil, wire.Shape(node, err)
+	}
+	scores, err := wire.Scores(node, req, entries, wire.Logit)
+	if err != nil {
+		return nil, err
+	}
+	return wire.Response(node, b.model, 0, scores), nil
+}
+
+// Healthy implements backend.Backend: GET /health answers 200.
+func (b *Backend) Healthy(ctx context.Context) bool { return b.c.Healthy(ctx, "/health") }
+
+// LoadGauge implements backend.Loader: te_queue_size and te_batch_current_size, in pairs.
+func (b *Backend) LoadGauge(ctx context.Context) (waiting, running float64, ok bool) {
+	return b.c.LoadGauge(ctx, "/metrics", "te_queue_size", "te_batch_current_size")
+}
+
+// Limits implements backend.Backend.
+func (b *Backend) Limits() backend.Limits { return b.limits }
+
+// Close implements backend.Backend.
+func (b *Backend) Close() error {
+	b.c.Close()
+	return nil
+}
