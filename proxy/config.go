@@ -29,6 +29,7 @@ type Config struct {
 	Admission AdmissionConfig `yaml:"admission" json:"admission"`
 	Outlier   OutlierConfig   `yaml:"outlier" json:"outlier"`
 	Model     ModelConfig     `yaml:"model" json:"model"`
+	Cache     CacheConfig     `yaml:"score_cache" json:"score_cache"`
 	Cost      CostConfig      `yaml:"cost" json:"cost"`
 	Limits    LimitsConfig    `yaml:"limits" json:"limits"`
 	// SLO is the budget of a request that carries no deadline (and no timeout_ms); that budget
@@ -160,6 +161,16 @@ type ModelConfig struct {
 	Aliases []string `yaml:"aliases" json:"aliases"`
 }
 
+// CacheConfig configures the score cache (package proxy/scorecache): a (model fingerprint,
+// instruction, truncation, query, item) scored before is answered without a node. A request opts
+// out with options.no_cache (HTTP: "cache": false).
+type CacheConfig struct {
+	// BudgetBytes is the cache's memory budget; 0 disables it. Default 64 MiB (~400,000 items).
+	BudgetBytes int64 `yaml:"budget_bytes" json:"budget_bytes"`
+	// TTL is how long an entry is served; 0: until evicted. Default 10m.
+	TTL time.Duration `yaml:"ttl" json:"ttl"`
+}
+
 // CostConfig configures the cost model.
 type CostConfig struct {
 	// TokenCounter is "estimate" (default: tokenizer.EstimateTokens, no BPE) or "exact" (the
@@ -220,6 +231,7 @@ func DefaultConfig() Config {
 			Forgetting: 0.99,
 		},
 		Model:            ModelConfig{Aliases: []string{"rerank"}},
+		Cache:            CacheConfig{BudgetBytes: 64 << 20, TTL: 10 * time.Minute},
 		Limits:           LimitsConfig{MaxItems: 1000, MaxItemBytes: 32 << 10, MaxQueryBytes: 8 << 10},
 		SLO:              500 * time.Millisecond,
 		OnPartialFailure: PartialFail,
@@ -343,6 +355,12 @@ func (c *Config) Validate() error {
 	}
 	if !(c.Cost.Forgetting > 0 && c.Cost.Forgetting <= 1) {
 		bad("cost.forgetting", "must be in (0, 1]", c.Cost.Forgetting)
+	}
+	if c.Cache.BudgetBytes < 0 {
+		bad("score_cache.budget_bytes", "must be ≥ 0", c.Cache.BudgetBytes)
+	}
+	if c.Cache.TTL < 0 {
+		bad("score_cache.ttl", "must be ≥ 0", c.Cache.TTL)
 	}
 	if c.Limits.MaxItems <= 0 {
 		bad("limits.max_items", "must be > 0", c.Limits.MaxItems)

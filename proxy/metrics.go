@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"github.com/relevance-scoring/relevance/proxy/admit"
+	"github.com/relevance-scoring/relevance/proxy/scorecache"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -62,7 +63,23 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 			Help: "Requests rejected at admission, by reason (overload: the backlog makes the deadline unreachable; deadline: even idle nodes could not make it).",
 		}, []string{"reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rejected, p.cluster.Collector()} {
+	cs := []prometheus.Collector{m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rejected, p.cluster.Collector()}
+	if c := p.cache; c != nil {
+		counter := func(name, help string, v func(scorecache.Stats) uint64) prometheus.Collector {
+			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(c.Stats())) })
+		}
+		gauge := func(name, help string, v func(scorecache.Stats) int64) prometheus.Collector {
+			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(v(c.Stats())) })
+		}
+		cs = append(cs,
+			counter("relevance_proxy_score_cache_hits_total", "Items answered from the score cache.", func(s scorecache.Stats) uint64 { return s.Hits }),
+			counter("relevance_proxy_score_cache_misses_total", "Items looked up in the score cache and not found (or expired).", func(s scorecache.Stats) uint64 { return s.Misses }),
+			counter("relevance_proxy_score_cache_evictions_total", "Score cache entries evicted for the memory budget.", func(s scorecache.Stats) uint64 { return s.Evictions }),
+			gauge("relevance_proxy_score_cache_entries", "Items in the score cache.", func(s scorecache.Stats) int64 { return s.Entries }),
+			gauge("relevance_proxy_score_cache_bytes", "Memory charged to the score cache's entries.", func(s scorecache.Stats) int64 { return s.Bytes }),
+		)
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

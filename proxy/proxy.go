@@ -34,6 +34,7 @@ import (
 	"github.com/relevance-scoring/relevance/proxy/dispatch"
 	"github.com/relevance-scoring/relevance/proxy/plan"
 	"github.com/relevance-scoring/relevance/proxy/route"
+	"github.com/relevance-scoring/relevance/proxy/scorecache"
 )
 
 // Proxy fans scoring requests out to scorer nodes.
@@ -45,6 +46,7 @@ type Proxy struct {
 	planner    *plan.Planner
 	admitter   *admit.Admitter
 	dispatcher *dispatch.Dispatcher
+	cache      *scorecache.Cache // nil: disabled
 }
 
 // NodeStatus is one node's state for /v1/nodes.
@@ -85,6 +87,9 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 		Prior:      cfg.Cost.Prior,
 		Forgetting: cfg.Cost.Forgetting,
 	}, log)
+	if cfg.Cache.BudgetBytes > 0 {
+		p.cache = scorecache.New(cfg.Cache.BudgetBytes, cfg.Cache.TTL, nil)
+	}
 	if p.m, err = newMetrics(reg, p); err != nil {
 		return nil, fmt.Errorf("new proxy: metrics: %w", err)
 	}

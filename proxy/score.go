@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/proxy/dispatch"
 	"github.com/relevance-scoring/relevance/proxy/merge"
 	"github.com/relevance-scoring/relevance/proxy/request"
 )
@@ -49,7 +50,16 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 		reqID = newRequestID()
 	}
 
-	pl := p.planner.Plan(req, reqID)
+	// Cache: the items scored before under the cluster's model are answered here; the rest go
+	// through the pipeline as a request of their own.
+	fp := p.cluster.Fingerprint()
+	look := p.lookup(req, fp)
+	if look.misses == 0 {
+		return p.fromCache(req, reqID, look, start), nil
+	}
+	sub := look.sub(req)
+
+	pl := p.planner.Plan(sub, reqID, fp)
 	if pl == nil {
 		return nil, status.Error(codes.Unavailable, "no healthy scorer node")
 	}
@@ -62,14 +72,45 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 		return nil, err
 	}
 
-	partial := p.cfg.OnPartialFailure == PartialPartial || req.GetOptions().GetAllowPartial()
+	partial := p.cfg.OnPartialFailure == PartialPartial || sub.GetOptions().GetAllowPartial()
 	results, firstErr := p.dispatcher.Run(ctx, pl, !partial)
+	served, err := oneModel(fp, results)
+	if err != nil {
+		return nil, err
+	}
 
-	resp, err = merge.Merge(ctx, merge.Input{Req: req, ReqID: reqID, Plan: pl, Results: results, FirstErr: firstErr, Partial: partial, Start: start})
-	if resp != nil && p.cfg.Model.Name != "" {
+	resp, err = merge.Merge(ctx, merge.Input{Req: sub, ReqID: reqID, Plan: pl, Results: results, FirstErr: firstErr, Partial: partial, Start: start})
+	if err != nil {
+		return nil, err
+	}
+	p.fill(req, served, look, resp)
+	resp = look.splice(req, resp)
+	if p.cfg.Model.Name != "" {
 		resp.Model = p.cfg.Model.Name
 	}
-	return resp, err
+	return resp, nil
+}
+
+// oneModel is the model fingerprint the batches were answered with. A request pinned to a
+// fingerprint (pinned != "") only got replies of it (dispatch retries the others); one planned
+// before any node reported a fingerprint fails UNAVAILABLE if its batches came from two models
+// (a rolling update under it): its scores must not be mixed.
+func oneModel(pinned string, results []dispatch.Result) (string, error) {
+	if pinned != "" {
+		return pinned, nil
+	}
+	fp := ""
+	for _, r := range results {
+		f := r.Resp.GetModelFingerprint()
+		switch {
+		case f == "":
+		case fp == "":
+			fp = f
+		case f != fp:
+			return "", status.Errorf(codes.Unavailable, "the model changed while the request was served (fingerprints %s and %s); retry", fp, f)
+		}
+	}
+	return fp, nil
 }
 
 // checkModel answers a request for a model this proxy does not serve as vLLM does: NOT_FOUND,

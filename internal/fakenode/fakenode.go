@@ -63,6 +63,8 @@ type Options struct {
 	ID string
 	// Addr is the address to listen on (empty: 127.0.0.1:0, a free loopback port).
 	Addr string
+	// Fingerprint is the model fingerprint in replies (empty: none); SetModel changes it.
+	Fingerprint string
 }
 
 // Node is one running fake scorer node.
@@ -83,6 +85,8 @@ type Node struct {
 	failing     bool
 	hang        bool
 	extraLoad   float64
+	fingerprint string
+	scoreShift  float32 // added to every score: a "different model" (SetModel)
 	queuedCost  float64 // seconds of work admitted but not finished (FIFO backlog + running)
 	queued      int
 	inflight    int
@@ -124,6 +128,7 @@ func Start(opts Options) (*Node, error) {
 		addr:        lis.Addr().String(),
 		latency:     opts.Latency,
 		coeffs:      opts.Coeffs,
+		fingerprint: opts.Fingerprint,
 		serial:      make(chan struct{}, 1),
 		hangRelease: make(chan struct{}),
 	}
@@ -149,6 +154,14 @@ func (n *Node) Close() {
 	n.health.Shutdown()
 	n.SetHang(false)
 	n.srv.Stop()
+}
+
+// SetModel swaps the node's "model": replies carry fingerprint fp and every score is shifted by
+// shift (clamped to (0, 1)), so that a test can tell which model scored an item.
+func (n *Node) SetModel(fp string, shift float32) {
+	n.mu.Lock()
+	n.fingerprint, n.scoreShift = fp, shift
+	n.mu.Unlock()
 }
 
 // SetCost replaces the node's true cost coefficients (and clears any Latency function).
@@ -326,16 +339,20 @@ func (n *Node) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchReques
 		return nil, status.FromContextError(err).Err()
 	}
 
+	n.mu.Lock()
+	fingerprint, shift := n.fingerprint, n.scoreShift
+	n.mu.Unlock()
 	resp := &relevancev1.ScoreBatchResponse{
-		Scores:   make([]*relevancev1.ItemScore, len(req.GetItems())),
-		NodeId:   n.opts.ID,
-		Model:    "fakenode",
-		Usage:    &relevancev1.Usage{PrefixTokens: uint64(b.PrefixTokens)},
-		Stats:    &relevancev1.BatchStats{QueueSeconds: queueWait.Seconds(), ComputeSeconds: compute.Seconds(), PrefixTokens: uint32(b.PrefixTokens), MergedBatches: 1, ForwardSeconds: compute.Seconds()},
-		Emulated: true,
+		Scores:           make([]*relevancev1.ItemScore, len(req.GetItems())),
+		NodeId:           n.opts.ID,
+		Model:            "fakenode",
+		ModelFingerprint: fingerprint,
+		Usage:            &relevancev1.Usage{PrefixTokens: uint64(b.PrefixTokens)},
+		Stats:            &relevancev1.BatchStats{QueueSeconds: queueWait.Seconds(), ComputeSeconds: compute.Seconds(), PrefixTokens: uint32(b.PrefixTokens), MergedBatches: 1, ForwardSeconds: compute.Seconds()},
+		Emulated:         true,
 	}
 	for i, it := range req.GetItems() {
-		s := Score(req.GetQuery(), it.GetText())
+		s := min(max(Score(req.GetQuery(), it.GetText())+shift, 1e-6), 1-1e-6)
 		resp.Scores[i] = &relevancev1.ItemScore{
 			Index:  uint32(i),
 			Id:     it.GetId(),

@@ -215,6 +215,43 @@ func (c *Cluster) Models() []string {
 	return out
 }
 
+// SetFingerprint records the model fingerprint a node answered with ("" changes nothing).
+func (n *Node) SetFingerprint(fp string) {
+	if fp == "" {
+		return
+	}
+	if old := n.fingerprint.Load(); old == nil || *old != fp {
+		n.fingerprint.Store(&fp)
+	}
+}
+
+// Fingerprint is the model fingerprint the node last answered with ("" before any).
+func (n *Node) Fingerprint() string {
+	if p := n.fingerprint.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// Fingerprint is the model fingerprint that most healthy nodes last answered with ("" when none
+// has answered with one). During a rolling model update the cluster serves each request from
+// one fingerprint: this one.
+func (c *Cluster) Fingerprint() string {
+	count := map[string]int{}
+	best, bestN := "", 0
+	for _, n := range c.Snapshot() {
+		fp := n.Fingerprint()
+		if fp == "" || !n.healthy.Load() {
+			continue
+		}
+		count[fp]++
+		if k := count[fp]; k > bestN || (k == bestN && fp < best) {
+			best, bestN = fp, k
+		}
+	}
+	return best
+}
+
 // NodeStatus is one node's state for /v1/nodes.
 type NodeStatus struct {
 	Addr    string `json:"addr"`
@@ -228,8 +265,11 @@ type NodeStatus struct {
 	// SpeedRatio is the learned speed relative to the prior on a reference batch.
 	SpeedRatio float64 `json:"speed_ratio"`
 	Samples    int64   `json:"samples"`
-	Batches    int64   `json:"batches"`
-	Errors     int64   `json:"errors"`
+	// Model and Fingerprint are what the node last answered with.
+	Model       string `json:"model,omitempty"`
+	Fingerprint string `json:"model_fingerprint,omitempty"`
+	Batches     int64  `json:"batches"`
+	Errors      int64  `json:"errors"`
 	// Slow counts slow outcomes (outlier detection); Ejected whether the node is ejected now,
 	// EjectedSeconds for how much longer, Ejections how many times it was.
 	Slow           int64   `json:"slow"`
@@ -252,6 +292,8 @@ func (c *Cluster) Status() []NodeStatus {
 			Coefficients:        *n.coeffs.Load(),
 			SpeedRatio:          1 / n.Scale(c.cfg.Prior),
 			Samples:             n.samples.Load(),
+			Model:               deref(n.model.Load()),
+			Fingerprint:         n.Fingerprint(),
 			Batches:             n.batches.Load(),
 			Errors:              n.errors.Load(),
 			Slow:                n.slowTotal.Load(),
@@ -261,6 +303,13 @@ func (c *Cluster) Status() []NodeStatus {
 		})
 	}
 	return out
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // Close stops the DNS loop and health watches and closes every connection. Call it after the

@@ -49,7 +49,8 @@ type Node struct {
 	ejectedUntil atomic.Int64 // unix nanoseconds
 	probation    atomic.Bool  // back from an ejection, no OK outcome yet
 
-	model atomic.Pointer[string] // the model name of the node's last reply
+	model       atomic.Pointer[string] // the model name of the node's last reply
+	fingerprint atomic.Pointer[string] // the model fingerprint of the node's last reply
 
 	prefixes  prefixMemory // prefix keys believed cached on the node (prefixes.go)
 	cacheSeen atomic.Bool  // the node has reused a cached prefix at least once
@@ -185,6 +186,7 @@ func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 			n.model.Store(&m)
 		}
 	}
+	n.SetFingerprint(resp.GetModelFingerprint())
 	n.seed(resp.GetLoad().GetCostModel())
 	st := resp.GetStats()
 	if st == nil || !(st.GetComputeSeconds() > 0) {

@@ -342,6 +342,14 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slo
 	if err == nil {
 		err = checkReply(resp, len(b.Req.GetItems()))
 	}
+	if err == nil {
+		n.SetFingerprint(resp.GetModelFingerprint())
+		if fp := resp.GetModelFingerprint(); b.Fingerprint != "" && fp != "" && fp != b.Fingerprint {
+			// The node changed model under the request (a rolling update): its scores must not be
+			// mixed with the other batches'. Another node of the request's model takes the batch.
+			err = status.Errorf(codes.Aborted, "node %s answers with model fingerprint %s; the request is served by %s", n.Addr(), fp, b.Fingerprint)
+		}
+	}
 	verdict := classify(ctx, err, el, l.Finish)
 	if l.Done != nil {
 		l.Done(verdict)
@@ -425,7 +433,7 @@ func classify(ctx context.Context, err error, el time.Duration, expected float64
 		return fmt.Errorf("%w: %w", cluster.ErrExcluded, err)
 	}
 	switch status.Code(err) {
-	case codes.Canceled, codes.InvalidArgument:
+	case codes.Canceled, codes.InvalidArgument, codes.Aborted:
 		return fmt.Errorf("%w: %w", cluster.ErrExcluded, err)
 	case codes.DeadlineExceeded:
 		if el.Seconds() < 2*expected+0.02 {

@@ -83,6 +83,9 @@ type Work struct {
 	// PrefixKey identifies the shared prefix (instruction and query); 0: none.
 	PrefixKey uint64
 	Prefix    costmodel.Features
+	// Fingerprint pins the work to nodes of one model: a node known to answer with another
+	// fingerprint is not a candidate. "": any node.
+	Fingerprint string
 }
 
 // On is the work's features on node n: without the prefix where n holds it.
@@ -109,6 +112,7 @@ func (c candList) Cost(i int) float64 { return c.nodes[i].Coeffs().Seconds(c.wor
 // failed longest ago (breakers never remove every node). It returns nil when no node can take the
 // batch.
 func (p *Placer) Place(w Work, exclude []*cluster.Node) *Lease {
+	exclude = p.otherModels(w.Fingerprint, exclude)
 	cands := p.cluster.Eligible(exclude)
 	for len(cands) > 0 {
 		i := p.picker.Pick(candList{cands, time.Now(), w})
@@ -124,6 +128,19 @@ func (p *Placer) Place(w Work, exclude []*cluster.Node) *Lease {
 		return lease(fb[0], nil, w)
 	}
 	return nil
+}
+
+// otherModels adds to exclude the nodes known to serve another model than fp.
+func (p *Placer) otherModels(fp string, exclude []*cluster.Node) []*cluster.Node {
+	if fp == "" {
+		return exclude
+	}
+	for _, n := range p.cluster.Snapshot() {
+		if f := n.Fingerprint(); f != "" && f != fp && !slices.Contains(exclude, n) {
+			exclude = append(slices.Clip(exclude), n)
+		}
+	}
+	return exclude
 }
 
 func lease(n *cluster.Node, done func(error), w Work) *Lease {
@@ -149,6 +166,8 @@ type Batch struct {
 	// query) for the nodes' prefix caches.
 	PrefixTokens int
 	PrefixKey    uint64
+	// Fingerprint is the model the request is pinned to ("": any).
+	Fingerprint string
 	// Features is the batch's work as the proxy sees it (prefix not cached).
 	Features costmodel.Features
 	// Lease is the node the batch was placed on; nil when no node could take it.
@@ -157,7 +176,7 @@ type Batch struct {
 
 // Work is the batch as a placement prices it.
 func (b *Batch) Work() Work {
-	return Work{Features: b.Features, PrefixKey: b.PrefixKey, Prefix: costmodel.PrefixFeatures(b.PrefixTokens)}
+	return Work{Features: b.Features, PrefixKey: b.PrefixKey, Prefix: costmodel.PrefixFeatures(b.PrefixTokens), Fingerprint: b.Fingerprint}
 }
 
 // PrefixKey identifies the shared prefix of (instruction, query) — what a node's prefix cache is
@@ -261,18 +280,20 @@ func NewPlanner(cfg Config, counter *prompt.Counter, splitter split.Splitter, c 
 	return &Planner{cfg: cfg, counter: counter, splitter: splitter, placer: placer, cluster: c}
 }
 
-// Plan counts req's tokens, splits its items and places every batch. It returns nil when no node
-// can take work. reqID is stamped on every batch request.
-func (pl *Planner) Plan(req *relevancev1.ScoreRequest, reqID string) *Plan {
+// Plan counts req's tokens, splits its items and places every batch on nodes of the model
+// fingerprint ("": any). It returns nil when no node can take work. reqID is stamped on every
+// batch request.
+func (pl *Planner) Plan(req *relevancev1.ScoreRequest, reqID, fingerprint string) *Plan {
 	start := time.Now()
 	prefix := pl.counter.Prefix(req.GetInstruction(), req.GetQuery())
 	toks := make([]int, len(req.GetItems()))
 	for i, it := range req.GetItems() {
 		toks[i] = pl.counter.Item(it.GetText())
 	}
-	cands := pl.cluster.Eligible(nil)
+	others := pl.placer.otherModels(fingerprint, nil)
+	cands := pl.cluster.Eligible(others)
 	if len(cands) == 0 {
-		cands = pl.cluster.Fallback(nil)
+		cands = pl.cluster.Fallback(others)
 	}
 	if len(cands) == 0 {
 		return nil
@@ -310,7 +331,7 @@ func (pl *Planner) Plan(req *relevancev1.ScoreRequest, reqID string) *Plan {
 			br.Items[j] = req.GetItems()[i]
 			bt[j] = toks[i]
 		}
-		out.Batches[bi] = &Batch{Index: bi, Items: b.Items, Req: br, PrefixTokens: prefix, PrefixKey: key, Features: costmodel.BatchFeatures(prefix, bt, false)}
+		out.Batches[bi] = &Batch{Index: bi, Items: b.Items, Req: br, PrefixTokens: prefix, PrefixKey: key, Fingerprint: fingerprint, Features: costmodel.BatchFeatures(prefix, bt, false)}
 	}
 	// Place in the split's order (earliest planned start first), each placement charged before
 	// the next, so that the route strategy's picks follow the split's plan.

@@ -121,7 +121,7 @@ func TestPlanPlacesEveryBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	placer := NewPlacer(c, roundrobin.New(0))
-	pl := NewPlanner(Config{MaxBatchItems: 4}, counter, cost.New(), c, placer).Plan(request(16), "r1")
+	pl := NewPlanner(Config{MaxBatchItems: 4}, counter, cost.New(), c, placer).Plan(request(16), "r1", "")
 	if pl == nil || len(pl.Batches) < 2 {
 		t.Fatalf("plan: %+v", pl)
 	}
@@ -170,7 +170,7 @@ func TestPlanWithoutNodes(t *testing.T) {
 	c := cluster.New(cluster.Config{Prior: prior, Forgetting: 0.99}, nil)
 	defer c.Close()
 	counter, _ := prompt.NewCounter(prompt.CountEstimate)
-	if pl := NewPlanner(Config{}, counter, cost.New(), c, NewPlacer(c, roundrobin.New(0))).Plan(request(2), "r"); pl != nil {
+	if pl := NewPlanner(Config{}, counter, cost.New(), c, NewPlacer(c, roundrobin.New(0))).Plan(request(2), "r", ""); pl != nil {
 		t.Errorf("plan without nodes: %+v", pl)
 	}
 }

@@ -21,6 +21,8 @@ type rerankRequest struct {
 	ReturnDocuments *bool      `json:"return_documents"`
 	MaxTokensPerDoc *int64     `json:"max_tokens_per_doc"`
 	Instruction     string     `json:"instruction"`
+	// Cache false bypasses the proxy's score cache (an extension, like instruction).
+	Cache *bool `json:"cache"`
 }
 
 // maxDocTokens caps max_tokens_per_doc to what ScoreOptions.max_tokens_per_item can carry.
@@ -107,6 +109,12 @@ func parseRerank(body []byte) (*relevancev1.ScoreRequest, []string, rerankReques
 	}
 	if rr.MaxTokensPerDoc != nil {
 		req.Options = &relevancev1.ScoreOptions{MaxTokensPerItem: uint32(*rr.MaxTokensPerDoc)}
+	}
+	if rr.Cache != nil && !*rr.Cache {
+		if req.Options == nil {
+			req.Options = &relevancev1.ScoreOptions{}
+		}
+		req.Options.NoCache = true
 	}
 	return req, texts, rr, nil
 }

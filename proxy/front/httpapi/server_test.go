@@ -327,6 +327,16 @@ func TestRerank(t *testing.T) {
 				Items: []*relevancev1.Item{{Text: "a\"b\u00e9\n"}, {Text: "x\ufffdy"}, {Text: "caf\u00e9"}}},
 		},
 		{
+			name: "cache false bypasses the score cache",
+			path: "/v1/rerank",
+			body: `{"query":"q","documents":["apple"],"return_documents":false,"cache":false}`,
+			want: map[string]any{"id": "req-fake", "model": "qwen3-reranker-tiny",
+				"results": []any{map[string]any{"index": 0.0, "relevance_score": 0.2}},
+				"usage":   map[string]any{"prompt_tokens": 10.0, "total_tokens": 10.0}},
+			wantCore: &relevancev1.ScoreRequest{Query: "q", Items: []*relevancev1.Item{{Text: "apple"}},
+				Options: &relevancev1.ScoreOptions{NoCache: true}},
+		},
+		{
 			name: "top_n larger than documents and zero",
 			path: "/v1/rerank",
 			body: `{"query":"fruit","documents":["apple","banana"],"top_n":50,"return_documents":true}`,

@@ -1,0 +1,141 @@
+package proxy
+
+import (
+	"context"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+
+	"github.com/relevance-scoring/relevance/internal/fakenode"
+)
+
+// TestScoreCacheServesRepeatsWithoutNodes: a repeated (query, item) under the same model is
+// answered from the cache, marked in usage; new items in the same request still go to the nodes;
+// no_cache bypasses it; scores and ranking are what the nodes gave.
+func TestScoreCacheServesRepeatsWithoutNodes(t *testing.T) {
+	nodes := startNodes(t, 2, fakenode.Options{Fingerprint: "model-a"})
+	p, _ := startProxy(t, testConfig(nodes.Addrs()))
+	calls := func() int64 { return nodes[0].Items() + nodes[1].Items() }
+	first := score(t, p, makeRequest(10, 1)) // learns the fingerprint
+	req := makeRequest(10, 1)
+	before := calls()
+	again := score(t, p, req)
+	if got := calls() - before; got != 0 {
+		t.Errorf("a repeated request sent %d items to the nodes, want 0", got)
+	}
+	if u := again.GetUsage().GetCachedItems(); u != 10 {
+		t.Errorf("cached_items = %d, want 10", u)
+	}
+	for i := range first.GetScores() {
+		if first.GetScores()[i].GetScore() != again.GetScores()[i].GetScore() || again.GetScores()[i].GetId() != req.GetItems()[i].GetId() {
+			t.Fatalf("item %d: cached %+v, fresh %+v", i, again.GetScores()[i], first.GetScores()[i])
+		}
+	}
+	if len(again.GetRanking()) != 10 || again.GetRanking()[0] != first.GetRanking()[0] {
+		t.Errorf("ranking from the cache %v, fresh %v", again.GetRanking(), first.GetRanking())
+	}
+	// Half new items: only those are scored by nodes.
+	mixed := makeRequest(10, 1)
+	extra := makeRequest(5, 77)
+	mixed.Items = append(mixed.Items[:5], extra.Items...)
+	before = calls()
+	resp := score(t, p, mixed)
+	if got := calls() - before; got != 5 {
+		t.Errorf("5 new items of 10: %d scored by nodes", got)
+	}
+	if resp.GetUsage().GetCachedItems() != 5 || len(resp.GetScores()) != 10 {
+		t.Errorf("usage %+v, %d scores", resp.GetUsage(), len(resp.GetScores()))
+	}
+	for i, s := range resp.GetScores() {
+		if int(s.GetIndex()) != i || s.GetId() != mixed.GetItems()[i].GetId() {
+			t.Errorf("scores[%d] = %+v: index/id out of order", i, s)
+		}
+	}
+	// Bypass.
+	bypass := makeRequest(10, 1)
+	bypass.Options = &relevancev1.ScoreOptions{NoCache: true}
+	before = calls()
+	if r := score(t, p, bypass); r.GetUsage().GetCachedItems() != 0 || calls()-before != 10 {
+		t.Errorf("no_cache: cached_items %d, %d items to nodes; want 0 and 10", r.GetUsage().GetCachedItems(), calls()-before)
+	}
+}
+
+// TestModelSwapUnderTraffic: nodes swap model one after the other (a rolling update) while
+// requests flow. No reply ever mixes scores of the two models, and once the cluster serves the
+// new model no score of the old one is served, from a node or from the cache.
+func TestModelSwapUnderTraffic(t *testing.T) {
+	nodes := startNodes(t, 3, fakenode.Options{Fingerprint: "model-a", Coeffs: fastCost})
+	cfg := testConfig(nodes.Addrs())
+	cfg.Split.MaxBatchItems = 3 // several batches per request, on several nodes
+	p, _ := startProxy(t, cfg)
+	const shift = 0.5 // model b scores every item 0.5 higher than model a
+	base := func(req *relevancev1.ScoreRequest, i int) float32 {
+		return fakenode.Score(req.GetQuery(), req.GetItems()[i].GetText())
+	}
+	// which says which model scored the reply: every item's score is a's or every one is b's.
+	which := func(req *relevancev1.ScoreRequest, resp *relevancev1.ScoreResponse) string {
+		model := ""
+		for i, s := range resp.GetScores() {
+			m := "a"
+			if d := float64(s.GetScore() - base(req, i)); math.Abs(d) > 1e-3 {
+				m = "b"
+			}
+			if model != "" && m != model {
+				t.Errorf("reply mixes models: item %d from %s, earlier items from %s", i, m, model)
+				return "mixed"
+			}
+			model = m
+		}
+		return model
+	}
+	for i := range 5 { // warm the cache with model a
+		which(makeRequest(9, uint64(i)), score(t, p, makeRequest(9, uint64(i))))
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 3 {
+		wg.Go(func() {
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req := makeRequest(9, uint64(k%5+10*w))
+				resp, err := p.Score(context.Background(), req)
+				if err != nil {
+					continue // UNAVAILABLE while the model changed under the request: allowed, never mixed
+				}
+				which(req, resp)
+			}
+		})
+	}
+	for _, n := range nodes {
+		time.Sleep(20 * time.Millisecond)
+		n.SetModel("model-b", shift)
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	// Every node serves b now: once the proxy has seen it, nothing of a is served.
+	scoreAny := func(req *relevancev1.ScoreRequest) *relevancev1.ScoreResponse {
+		t.Helper()
+		resp, err := p.Score(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for range 3 {
+		scoreAny(makeRequest(9, 100))
+	}
+	for i := range 5 {
+		req := makeRequest(9, uint64(i))
+		if m := which(req, scoreAny(req)); m != "b" {
+			t.Errorf("request %d after the swap served model %s (stale cache or node)", i, m)
+		}
+	}
+}

@@ -1,0 +1,213 @@
+// Package scorecache is the proxy's score cache: the score of a (model, instruction, truncation,
+// query, item) seen before is answered without a node.
+//
+// Key. A 128-bit hash (two independent hash/maphash seeds, fixed for the process) of the serving
+// model's fingerprint — what the nodes report of their weights, config, tokenizer, template and
+// numeric settings —, the instruction, the truncation settings, the query and the item's text,
+// each length-prefixed so that no two tuples share a byte stream. A node whose fingerprint differs
+// never reads or fills another's entries: after a model update the old scores are simply never
+// asked for again, and age out. (Infinity's cache, keyed by the strings alone, served the old
+// model's scores after a swap.)
+//
+// Budget. Entries are charged their key, value and bookkeeping (entryBytes); the least recently
+// used go first when the budget is exceeded, and entries older than the TTL are misses. The cache
+// is split in 16 shards by key, each with its own lock and a 16th of the budget, so that lookups of
+// one request's hundreds of items do not serialise other requests.
+//
+// A Cache is safe for concurrent use. The zero value is not usable: use New.
+package scorecache
+
+import (
+	"container/list"
+	"encoding/binary"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+)
+
+// Key identifies one (model, instruction, truncation, query, item).
+type Key [2]uint64
+
+// Entry is a cached item score.
+type Entry struct {
+	Score, Logit    float32
+	Status          relevancev1.ItemStatus
+	Tokens          uint32
+	TruncatedTokens uint32
+}
+
+// Cacheable reports whether an item's outcome may be cached: scored (possibly truncated) or
+// refused as too long — deterministic outcomes of the model and the request. Failures are not.
+func Cacheable(s *relevancev1.ItemScore) bool {
+	switch s.GetStatus() {
+	case relevancev1.ItemStatus_ITEM_STATUS_OK, relevancev1.ItemStatus_ITEM_STATUS_TRUNCATED,
+		relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG, relevancev1.ItemStatus_ITEM_STATUS_UNSPECIFIED:
+		return true
+	}
+	return false
+}
+
+// EntryOf is the cacheable part of a node's item score.
+func EntryOf(s *relevancev1.ItemScore) Entry {
+	return Entry{Score: s.GetScore(), Logit: s.GetLogit(), Status: s.GetStatus(), Tokens: s.GetTokens(), TruncatedTokens: s.GetTruncatedTokens()}
+}
+
+// ItemScore rebuilds an item score for request item i.
+func (e Entry) ItemScore(i int, id string) *relevancev1.ItemScore {
+	return &relevancev1.ItemScore{Index: uint32(i), Id: id, Score: e.Score, Logit: e.Logit, Status: e.Status, Tokens: e.Tokens, TruncatedTokens: e.TruncatedTokens}
+}
+
+var seeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+
+// Keyer hashes one request's prefix once and each of its items from there.
+type Keyer struct{ h [2]maphash.Hash }
+
+// NewKeyer starts the keys of a request: model fingerprint, instruction, options, query.
+func NewKeyer(fingerprint, instruction string, opts *relevancev1.ScoreOptions, query string) *Keyer {
+	k := &Keyer{}
+	var num [8]byte
+	for j := range k.h {
+		h := &k.h[j]
+		h.SetSeed(seeds[j])
+		for _, s := range []string{fingerprint, instruction, query} {
+			binary.LittleEndian.PutUint64(num[:], uint64(len(s)))
+			h.Write(num[:])
+			h.WriteString(s)
+		}
+		binary.LittleEndian.PutUint64(num[:], uint64(opts.GetTruncation())<<32|uint64(opts.GetMaxTokensPerItem()))
+		h.Write(num[:])
+	}
+	return k
+}
+
+// Key is item text's key under the keyer's prefix.
+func (k *Keyer) Key(text string) Key {
+	var out Key
+	var num [8]byte
+	binary.LittleEndian.PutUint64(num[:], uint64(len(text)))
+	for j := range k.h {
+		h := k.h[j] // a copy: the prefix state is reused for every item
+		h.Write(num[:])
+		h.WriteString(text)
+		out[j] = h.Sum64()
+	}
+	return out
+}
+
+// entryBytes is what one entry costs: key, value, list element and map slot, roughly.
+const entryBytes = 16 + 24 + 48 + 48 + 32
+
+const shards = 16
+
+// Cache is a byte-budgeted LRU of entries with a TTL.
+type Cache struct {
+	ttl    time.Duration
+	now    func() time.Time
+	shards [shards]shard
+}
+
+type shard struct {
+	mu     sync.Mutex
+	budget int64
+	bytes  int64
+	lru    list.List // of *item, most recent at the front
+	index  map[Key]*list.Element
+	stats  Stats
+}
+
+type item struct {
+	key   Key
+	entry Entry
+	at    time.Time
+}
+
+// Stats are the cache's counters.
+type Stats struct {
+	Hits, Misses, Evictions, Expired uint64
+	Entries, Bytes                   int64
+}
+
+// New returns a cache of budgetBytes whose entries live ttl (≤ 0: no expiry); now is the clock
+// (nil: time.Now).
+func New(budgetBytes int64, ttl time.Duration, now func() time.Time) *Cache {
+	if now == nil {
+		now = time.Now
+	}
+	c := &Cache{ttl: ttl, now: now}
+	for i := range c.shards {
+		c.shards[i].budget = budgetBytes / shards
+		c.shards[i].index = map[Key]*list.Element{}
+	}
+	return c
+}
+
+func (c *Cache) shard(k Key) *shard { return &c.shards[k[0]%shards] }
+
+// Get returns k's entry, if cached and not expired.
+func (c *Cache) Get(k Key) (Entry, bool) {
+	s := c.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	el, ok := s.index[k]
+	if !ok {
+		s.stats.Misses++
+		return Entry{}, false
+	}
+	it := el.Value.(*item)
+	if c.ttl > 0 && c.now().Sub(it.at) > c.ttl {
+		s.remove(el)
+		s.stats.Expired++
+		s.stats.Misses++
+		return Entry{}, false
+	}
+	s.lru.MoveToFront(el)
+	s.stats.Hits++
+	return it.entry, true
+}
+
+// Put stores k's entry, evicting the least recently used beyond the budget.
+func (c *Cache) Put(k Key, e Entry) {
+	s := c.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if el, ok := s.index[k]; ok {
+		it := el.Value.(*item)
+		it.entry, it.at = e, c.now()
+		s.lru.MoveToFront(el)
+		return
+	}
+	if s.budget < entryBytes {
+		return
+	}
+	s.index[k] = s.lru.PushFront(&item{key: k, entry: e, at: c.now()})
+	s.bytes += entryBytes
+	for s.bytes > s.budget {
+		s.remove(s.lru.Back())
+		s.stats.Evictions++
+	}
+}
+
+func (s *shard) remove(el *list.Element) {
+	s.lru.Remove(el)
+	delete(s.index, el.Value.(*item).key)
+	s.bytes -= entryBytes
+}
+
+// Stats sums the shards' counters.
+func (c *Cache) Stats() Stats {
+	var out Stats
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		out.Hits += s.stats.Hits
+		out.Misses += s.stats.Misses
+		out.Evictions += s.stats.Evictions
+		out.Expired += s.stats.Expired
+		out.Entries += int64(len(s.index))
+		out.Bytes += s.bytes
+		s.mu.Unlock()
+	}
+	return out
+}

@@ -1,0 +1,111 @@
+package scorecache
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+)
+
+// TestKeysSeparateEveryPart: changing any part of the tuple — fingerprint, instruction,
+// truncation, query, item — gives another key, and moving bytes between parts does too.
+func TestKeysSeparateEveryPart(t *testing.T) {
+	opt := &relevancev1.ScoreOptions{}
+	base := NewKeyer("fp", "inst", opt, "query").Key("item")
+	for name, k := range map[string]Key{
+		"fingerprint": NewKeyer("fp2", "inst", opt, "query").Key("item"),
+		"instruction": NewKeyer("fp", "inst2", opt, "query").Key("item"),
+		"truncation":  NewKeyer("fp", "inst", &relevancev1.ScoreOptions{Truncation: relevancev1.Truncation_TRUNCATION_NONE}, "query").Key("item"),
+		"max tokens":  NewKeyer("fp", "inst", &relevancev1.ScoreOptions{MaxTokensPerItem: 7}, "query").Key("item"),
+		"query":       NewKeyer("fp", "inst", opt, "query2").Key("item"),
+		"item":        NewKeyer("fp", "inst", opt, "query").Key("item2"),
+		"shifted":     NewKeyer("fp", "inst", opt, "queryi").Key("tem"),
+	} {
+		if k == base {
+			t.Errorf("%s: same key", name)
+		}
+	}
+	if again := NewKeyer("fp", "inst", nil, "query").Key("item"); again != base {
+		t.Error("the same tuple (nil options = defaults) gave another key")
+	}
+}
+
+// TestBudgetEvictsLeastRecentlyUsed: beyond the budget the least recently used go first.
+func TestBudgetEvictsLeastRecentlyUsed(t *testing.T) {
+	c := New(shards*entryBytes*4, 0, nil) // 4 entries per shard
+	k := NewKeyer("fp", "", nil, "q")
+	var keys []Key
+	for i := range 400 {
+		key := k.Key(fmt.Sprint(i))
+		keys = append(keys, key)
+		c.Put(key, Entry{Score: float32(i)})
+		if i == 0 {
+			continue
+		}
+		c.Get(keys[0]) // keep the first one hot
+	}
+	st := c.Stats()
+	if st.Entries > shards*4 || st.Bytes > shards*entryBytes*4 {
+		t.Errorf("%d entries, %d bytes over a budget of %d", st.Entries, st.Bytes, shards*entryBytes*4)
+	}
+	if e, ok := c.Get(keys[0]); !ok || e.Score != 0 {
+		t.Error("the most recently used entry was evicted")
+	}
+	if _, ok := c.Get(keys[1]); ok {
+		t.Error("an old, unused entry survived 400 puts in a 64-entry cache")
+	}
+	if st.Evictions == 0 {
+		t.Error("no evictions counted")
+	}
+}
+
+func TestTTL(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := New(1<<20, time.Minute, func() time.Time { return now })
+	key := NewKeyer("fp", "", nil, "q").Key("a")
+	c.Put(key, Entry{Score: 0.5})
+	now = now.Add(59 * time.Second)
+	if _, ok := c.Get(key); !ok {
+		t.Fatal("expired early")
+	}
+	now = now.Add(2 * time.Second)
+	if _, ok := c.Get(key); ok {
+		t.Fatal("served past its TTL")
+	}
+	if st := c.Stats(); st.Expired != 1 || st.Entries != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestCacheableOutcomes(t *testing.T) {
+	for st, want := range map[relevancev1.ItemStatus]bool{
+		relevancev1.ItemStatus_ITEM_STATUS_OK: true, relevancev1.ItemStatus_ITEM_STATUS_TRUNCATED: true,
+		relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG: true, relevancev1.ItemStatus_ITEM_STATUS_FAILED: false,
+	} {
+		if got := Cacheable(&relevancev1.ItemScore{Status: st}); got != want {
+			t.Errorf("%v: cacheable %v, want %v", st, got, want)
+		}
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	c := New(1<<16, time.Minute, nil)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			k := NewKeyer("fp", "", nil, fmt.Sprint(w))
+			for i := range 2000 {
+				key := k.Key(fmt.Sprint(i % 300))
+				if _, ok := c.Get(key); !ok {
+					c.Put(key, Entry{Score: float32(i)})
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if st := c.Stats(); st.Hits == 0 || st.Bytes > 1<<16 {
+		t.Errorf("stats %+v", st)
+	}
+}
