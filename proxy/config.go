@@ -11,6 +11,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/proxy/backend"
+	"github.com/relevance-scoring/relevance/proxy/backend/registry"
 	"github.com/relevance-scoring/relevance/prompt"
 	"github.com/relevance-scoring/relevance/proxy/route/leastloaded"
 	"github.com/relevance-scoring/relevance/proxy/split/cost"
@@ -44,8 +46,12 @@ type Config struct {
 
 // NodesConfig says where the scorer nodes are: a static list, a DNS name, or both.
 type NodesConfig struct {
-	// Static lists node addresses (host:port).
+	// Static lists node addresses (host:port) of our scorer.
 	Static []string `yaml:"static" json:"static"`
+	// Backends lists nodes of any kind, each with its own wire format: our scorer
+	// (kind: scorer, gRPC) or a rerank server a team already runs (vllm, sglang, llamacpp, tei,
+	// infinity; see package proxy/backend and configs/backends/). Mixed clusters work.
+	Backends []backend.Spec `yaml:"backends" json:"backends"`
 	// DNS is a name:port whose A/AAAA records are the nodes (a Kubernetes headless service);
 	// empty: no DNS membership.
 	DNS string `yaml:"dns" json:"dns"`
@@ -260,8 +266,11 @@ func (c *Config) Validate() error {
 	bad := func(field, want string, got any) {
 		errs = append(errs, fmt.Errorf("proxy.%s: %s, got %v", field, want, got))
 	}
-	if len(c.Nodes.Static) == 0 && c.Nodes.DNS == "" {
-		errs = append(errs, errors.New("proxy.nodes: need nodes.static or nodes.dns"))
+	if len(c.Nodes.Static) == 0 && c.Nodes.DNS == "" && len(c.Nodes.Backends) == 0 {
+		errs = append(errs, errors.New("proxy.nodes: need nodes.static, nodes.dns or nodes.backends"))
+	}
+	if err := registry.Validate(c.Nodes.Backends); err != nil {
+		errs = append(errs, fmt.Errorf("proxy.nodes.backends: %w", err))
 	}
 	for i, a := range c.Nodes.Static {
 		if err := checkHostPort(a); err != nil {

@@ -70,6 +70,7 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 	p := &Proxy{cfg: cfg, log: log}
 	p.cluster = cluster.New(cluster.Config{
 		Static:      cfg.Nodes.Static,
+		Backends:    cfg.Nodes.Backends,
 		DNS:         cfg.Nodes.DNS,
 		DNSInterval: cfg.Nodes.DNSInterval,
 		Breaker: cluster.BreakerConfig{

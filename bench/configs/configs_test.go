@@ -187,6 +187,29 @@ func TestEveryConfigLoads(t *testing.T) {
 	}
 }
 
+// TestBackendExamplesLoad: every example in configs/backends/ is a proxy config that loads and
+// validates (its nodes are other kinds of rerank server, which need not be running).
+func TestBackendExamplesLoad(t *testing.T) {
+	names := files(t, "configs/backends")
+	if len(names) == 0 {
+		t.Fatal("configs/backends is empty")
+	}
+	for _, name := range names {
+		rel := "configs/backends/" + name
+		t.Run(rel, func(t *testing.T) {
+			cfg, err := serve.Load(path(rel))
+			if err == nil {
+				err = cfg.Validate()
+			}
+			if err != nil {
+				t.Errorf("%s: %v", rel, err)
+			} else if len(cfg.Proxy.Nodes.Backends) == 0 {
+				t.Errorf("%s: no nodes.backends", rel)
+			}
+		})
+	}
+}
+
 // TestChecksCatchBadFiles: each check rejects a file that would not start or that points
 // elsewhere than make run (the loaders are strict, and the checks add the cross-references).
 func TestChecksCatchBadFiles(t *testing.T) {

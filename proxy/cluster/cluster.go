@@ -31,12 +31,15 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/proxy/backend"
 )
 
 // Config is what the cluster needs of the proxy's configuration.
 type Config struct {
-	// Static lists node addresses (host:port).
+	// Static lists node addresses (host:port) of our scorer.
 	Static []string
+	// Backends lists nodes of any kind (backend.Spec): our scorer or another rerank server.
+	Backends []backend.Spec
 	// DNS is a name:port whose A/AAAA records are the nodes; empty: none.
 	DNS string
 	// DNSInterval is how often DNS is re-resolved.
@@ -255,6 +258,7 @@ func (c *Cluster) Fingerprint() string {
 // NodeStatus is one node's state for /v1/nodes.
 type NodeStatus struct {
 	Addr    string `json:"addr"`
+	Kind    string `json:"kind"`
 	Healthy bool   `json:"healthy"`
 	// Breaker is "closed", "half-open" or "open".
 	Breaker             string  `json:"breaker"`
@@ -285,6 +289,7 @@ func (c *Cluster) Status() []NodeStatus {
 	for _, n := range c.Snapshot() {
 		out = append(out, NodeStatus{
 			Addr:                n.addr,
+			Kind:                n.kind,
 			Healthy:             n.healthy.Load(),
 			Breaker:             n.breaker.State().String(),
 			InflightCostSeconds: n.inflight.Load(),
@@ -332,7 +337,7 @@ func (c *Cluster) Close() error {
 	var errs []error
 	for _, n := range nodes {
 		if n.connClosed.CompareAndSwap(false, true) {
-			if err := n.conn.Close(); err != nil {
+			if err := n.closeConn(); err != nil {
 				errs = append(errs, fmt.Errorf("close %s: %w", n.addr, err))
 			}
 		}
@@ -351,8 +356,17 @@ func (c *Cluster) setMembers(dns []string) error {
 		c.dnsAddrs = dns
 	}
 	want := map[string]bool{}
+	specs := map[string]backend.Spec{} // nodes of another kind, by Node() name
 	for _, a := range c.cfg.Static {
 		want[a] = true
+	}
+	for _, s := range c.cfg.Backends {
+		if s.Kind == backend.KindScorer {
+			want[s.Addr] = true
+			continue
+		}
+		want[s.Node()] = true
+		specs[s.Node()] = s
 	}
 	for _, a := range c.dnsAddrs {
 		want[a] = true
@@ -382,14 +396,24 @@ func (c *Cluster) setMembers(dns []string) error {
 		if have[a] {
 			continue
 		}
-		n, err := newNode(a, c.cfg, c.onBreaker)
+		var n *Node
+		var err error
+		if s, ok := specs[a]; ok {
+			n, err = newBackendNode(s, c.cfg, c.onBreaker)
+		} else {
+			n, err = newNode(a, c.cfg, c.onBreaker)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("node %s: %w", a, err))
 			continue
 		}
 		ctx, cancel := context.WithCancel(c.ctx)
 		n.stop = cancel
-		c.watchers.Go(func() { n.watchHealth(ctx, c.notify) })
+		if n.be != nil {
+			c.watchers.Go(func() { n.pollBackend(ctx, c.notify) })
+		} else {
+			c.watchers.Go(func() { n.watchHealth(ctx, c.notify) })
+		}
 		c.log.Info("scorer node joined", "node", a)
 		next = append(next, n)
 	}

@@ -18,15 +18,26 @@ import (
 
 	"github.com/relevance-scoring/relevance/costmodel"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/proxy/backend"
+	"github.com/relevance-scoring/relevance/proxy/backend/registry"
 )
 
 // Node is the proxy's state for one scorer node. Hot fields are atomics; the learner has its own
 // mutex and publishes its estimate through an atomic pointer, so routing never blocks.
 type Node struct {
-	addr    string
-	conn    *grpc.ClientConn
-	client  relevancev1.ScorerClient
-	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
+	addr   string
+	conn   *grpc.ClientConn         // our scorer kind: gRPC ScoreBatch and health Watch
+	client relevancev1.ScorerClient // nil for another kind
+	// be is the node when it is another kind of server (backend.Backend: vLLM, TEI, …), polled
+	// for health and load; nil for our scorer.
+	be     backend.Backend
+	kind   string
+	limits backend.Limits
+	// pairSeconds is an average of observed seconds per (query, item) pair, to price the
+	// server's own queue gauges (another kind).
+	pairSeconds   atomicFloat
+	inflightPairs atomic.Int64
+	breaker       *gobreaker.TwoStepCircuitBreaker[struct{}]
 
 	healthy     atomic.Bool
 	inflight    atomicFloat  // estimated seconds of this proxy's batches on the node
@@ -73,6 +84,18 @@ type extLoad struct {
 // caller's bad input, deadlines that were the caller's.
 var ErrExcluded = errors.New("excluded from breaker counts")
 
+// newBackendNode is a node of another kind than our scorer, spoken through spec's adapter.
+func newBackendNode(spec backend.Spec, cfg Config, onState func(addr string, to gobreaker.State)) (*Node, error) {
+	be, err := registry.New(spec)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{addr: spec.Node(), be: be, kind: spec.Kind, limits: be.Limits(),
+		learn: costmodel.NewLearner(cfg.Prior, cfg.Forgetting), forgetting: cfg.Forgetting}
+	n.init(cfg, onState)
+	return n, nil
+}
+
 func newNode(addr string, cfg Config, onState func(addr string, to gobreaker.State)) (*Node, error) {
 	// A restarted node must be back in traffic within a second of being ready: gRPC's default
 	// reconnect backoff (1 s growing ×1.6 to 2 min) kept one out for 2.6–4.8 s.
@@ -84,7 +107,14 @@ func newNode(addr string, cfg Config, onState func(addr string, to gobreaker.Sta
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{addr: addr, conn: conn, client: relevancev1.NewScorerClient(conn), learn: costmodel.NewLearner(cfg.Prior, cfg.Forgetting), forgetting: cfg.Forgetting}
+	n := &Node{addr: addr, conn: conn, client: relevancev1.NewScorerClient(conn), learn: costmodel.NewLearner(cfg.Prior, cfg.Forgetting), forgetting: cfg.Forgetting, kind: backend.KindScorer}
+	n.init(cfg, onState)
+	return n, nil
+}
+
+// init starts the node's cost model at the prior and builds its breaker.
+func (n *Node) init(cfg Config, onState func(addr string, to gobreaker.State)) {
+	addr := n.addr
 	c := n.learn.Coeffs()
 	n.coeffs.Store(&c)
 	n.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
@@ -99,7 +129,6 @@ func newNode(addr string, cfg Config, onState func(addr string, to gobreaker.Sta
 			}
 		},
 	})
-	return n, nil
 }
 
 // Load is the node's outstanding estimated work in seconds: what is left of this proxy's
@@ -318,8 +347,9 @@ func (n *Node) Samples() int64 { return n.samples.Load() }
 func (n *Node) Inflight() float64 { return n.inflight.Load() }
 
 // CallStarted counts a call about to be made on the node, so that a node removed from the
-// membership keeps its connection until its calls return.
-func (n *Node) CallStarted() { n.calls.Add(1) }
+// membership keeps its connection until its calls return. It reports whether the call is alone:
+// no other call of this proxy's was in flight on the node.
+func (n *Node) CallStarted() (alone bool) { return n.calls.Add(1) == 1 }
 
 // CallEnded undoes CallStarted; the last call on a removed node closes its connection.
 func (n *Node) CallEnded() {
@@ -340,7 +370,7 @@ func (n *Node) Failed(now time.Time) {
 // closeIdle closes a removed node's connection; called when nothing is in flight on it.
 func (n *Node) closeIdle() {
 	if n.connClosed.CompareAndSwap(false, true) {
-		_ = n.conn.Close()
+		_ = n.closeConn()
 	}
 }
 
@@ -359,3 +389,92 @@ func MeanCoeffs(nodes []*Node) costmodel.Coeffs {
 	f := float64(len(nodes))
 	return costmodel.Coeffs{A: c.A / f, B: c.B / f, C: c.C / f}
 }
+
+// Kind is the node's kind (backend.KindScorer for ours).
+func (n *Node) Kind() string { return n.kind }
+
+// Limits are the node's per-request limits (zero: none).
+func (n *Node) Limits() backend.Limits { return n.limits }
+
+// ScoreBatch runs one batch on the node, in the node's own wire format.
+func (n *Node) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchRequest) (*relevancev1.ScoreBatchResponse, error) {
+	if n.be != nil {
+		return n.be.ScoreBatch(ctx, req)
+	}
+	return n.client.ScoreBatch(ctx, req)
+}
+
+// ObserveLatency learns from a batch of features f that took seconds end to end, for a node that
+// reports no compute time (another kind of server). Only batches that ran alone on the node —
+// none other of this proxy's was in flight there — are learned from: with company, the latency
+// includes the server's queueing of the others, and would read as a slow node.
+func (n *Node) ObserveLatency(f costmodel.Features, seconds float64, items int, alone bool) {
+	if items > 0 && seconds > 0 {
+		per := seconds / float64(items)
+		if old := n.pairSeconds.Load(); old > 0 {
+			per = 0.8*old + 0.2*per
+		}
+		n.pairSeconds.Store(per)
+	}
+	if !alone || !(seconds > 0) {
+		return
+	}
+	n.learnMu.Lock()
+	n.learn.Observe(f, seconds)
+	c := n.learn.Coeffs()
+	n.learnMu.Unlock()
+	n.coeffs.Store(&c)
+	n.samples.Add(1)
+}
+
+// pollBackend keeps another kind of server's health (its health endpoint, every pollEvery) and
+// its backlog (its own load gauges, where it has them: requests waiting and running beyond this
+// proxy's, priced at the pairs' observed average) until ctx ends.
+func (n *Node) pollBackend(ctx context.Context, changed func()) {
+	t := time.NewTicker(pollEvery)
+	defer t.Stop()
+	loader, _ := n.be.(backend.Loader)
+	for {
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		ok := n.be.Healthy(hctx)
+		if ok && loader != nil {
+			if waiting, running, has := loader.LoadGauge(hctx); has {
+				pairs := math.Max(0, waiting+running-float64(n.inflightPairs.Load()))
+				n.ext.Store(&extLoad{seconds: pairs * n.pairSeconds.Load(), at: time.Now()})
+			}
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if n.healthy.Swap(ok) != ok {
+			if !ok {
+				n.prefixes.clear()
+			}
+			changed()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pollEvery is how often another kind of server's health and load are read.
+var pollEvery = 500 * time.Millisecond
+
+// closeConn closes the node's connection or adapter.
+func (n *Node) closeConn() error {
+	if n.be != nil {
+		return n.be.Close()
+	}
+	return n.conn.Close()
+}
+
+// PairsStarted and PairsEnded count this proxy's (query, item) pairs in flight on the node, so
+// that a server's own queue gauges, which count ours too, are not charged twice.
+func (n *Node) PairsStarted(k int) { n.inflightPairs.Add(int64(k)) }
+
+// PairsEnded undoes PairsStarted.
+func (n *Node) PairsEnded(k int) { n.inflightPairs.Add(-int64(k)) }

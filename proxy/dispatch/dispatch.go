@@ -336,8 +336,11 @@ func (d *Dispatcher) hedgeDelay(ctx context.Context, expected float64) (time.Dur
 func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slow *atomic.Bool) (*relevancev1.ScoreBatchResponse, error) {
 	n := l.Node
 	t0 := time.Now()
-	resp, err := n.Client().ScoreBatch(ctx, b.Req)
+	items := len(b.Req.GetItems())
+	n.PairsStarted(items)
+	resp, err := n.ScoreBatch(ctx, b.Req)
 	el := time.Since(t0)
+	n.PairsEnded(items)
 	n.Settle(time.Now(), l.Predicted)
 	if err == nil {
 		err = checkReply(resp, len(b.Req.GetItems()))
@@ -360,6 +363,10 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slo
 	case err == nil:
 		n.Succeeded()
 		n.Observe(resp, now)
+		if !(resp.GetStats().GetComputeSeconds() > 0) {
+			// A server that reports no compute time (another kind): learn from latency.
+			n.ObserveLatency(l.Features, el.Seconds(), items, l.Alone)
+		}
 		n.Remember(b.PrefixKey, resp.GetStats().GetPrefixCached())
 		observe(d.m.BatchDuration, el.Seconds())
 		if l.Finish > 0 {
@@ -433,7 +440,7 @@ func classify(ctx context.Context, err error, el time.Duration, expected float64
 		return fmt.Errorf("%w: %w", cluster.ErrExcluded, err)
 	}
 	switch status.Code(err) {
-	case codes.Canceled, codes.InvalidArgument, codes.Aborted:
+	case codes.Canceled, codes.InvalidArgument, codes.Aborted, codes.FailedPrecondition:
 		return fmt.Errorf("%w: %w", cluster.ErrExcluded, err)
 	case codes.DeadlineExceeded:
 		if el.Seconds() < 2*expected+0.02 {

@@ -53,6 +53,11 @@ type Lease struct {
 	Start float64
 	// Finish is Start + Predicted: when the batch should be answered, in seconds from placement.
 	Finish float64
+	// Features is the work priced on this node (without a prefix it holds).
+	Features costmodel.Features
+	// Alone is set when no other batch of this proxy's was in flight on the node at placement: a
+	// latency that can be learned from for a node that reports no compute time.
+	Alone bool
 }
 
 // Release gives back a lease whose call will not be made: its charge, its call count and its
@@ -146,11 +151,12 @@ func (p *Placer) otherModels(fp string, exclude []*cluster.Node) []*cluster.Node
 func lease(n *cluster.Node, done func(error), w Work) *Lease {
 	c := n.Coeffs()
 	now := time.Now()
-	l := &Lease{Node: n, Done: done, Coeffs: c, Predicted: c.Seconds(w.On(n))}
+	f := w.On(n)
+	l := &Lease{Node: n, Done: done, Coeffs: c, Predicted: c.Seconds(f), Features: f}
 	l.Start = n.Load(now)
 	l.Finish = l.Start + l.Predicted
 	n.Charge(now, l.Predicted)
-	n.CallStarted()
+	l.Alone = n.CallStarted()
 	return l
 }
 
@@ -257,6 +263,17 @@ func (p *Plan) Release() {
 	}
 }
 
+// maxItems is the batch cap: the configured one and every candidate's own per-request limit
+// (a TEI server takes 32 documents by default), so that no batch is refused as too large.
+func maxItems(cfg int, cands []*cluster.Node) int {
+	for _, n := range cands {
+		if m := n.Limits().MaxItems; m > 0 && (cfg <= 0 || m < cfg) {
+			cfg = m
+		}
+	}
+	return cfg
+}
+
 // Config is what planning needs of the proxy's configuration.
 type Config struct {
 	// MaxBatchItems caps the items of one batch (≤ 0: no cap).
@@ -305,7 +322,7 @@ func (pl *Planner) Plan(req *relevancev1.ScoreRequest, reqID, fingerprint string
 		ItemTokens:         toks,
 		Coeffs:             ref,
 		Nodes:              make([]split.Node, len(cands)),
-		MaxBatchItems:      pl.cfg.MaxBatchItems,
+		MaxBatchItems:      maxItems(pl.cfg.MaxBatchItems, cands),
 		TargetBatchSeconds: pl.cfg.TargetBatchSeconds,
 	}
 	key := PrefixKey(req.GetInstruction(), req.GetQuery())
