@@ -11,9 +11,9 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/prompt"
 	"github.com/relevance-scoring/relevance/proxy/backend"
 	"github.com/relevance-scoring/relevance/proxy/backend/registry"
-	"github.com/relevance-scoring/relevance/prompt"
 	"github.com/relevance-scoring/relevance/proxy/route/leastloaded"
 	"github.com/relevance-scoring/relevance/proxy/split/cost"
 )
