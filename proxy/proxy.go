@@ -110,6 +110,7 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 		HedgeMinSamples: cfg.Hedge.MinSamples,
 		SlowFactor:      slowFactor(cfg.Outlier),
 		SlowMin:         cfg.Outlier.SlowMin,
+		TrustSamples:    cfg.Admission.MinSamples,
 	}, p.cluster, placer, acc, dispatch.Metrics{
 		Retries:       p.m.retries,
 		Hedges:        p.m.hedges,

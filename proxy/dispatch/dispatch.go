@@ -59,6 +59,11 @@ type Config struct {
 	// finish, SlowMin) is slow (see the package doc). SlowFactor 0 turns slow detection off.
 	SlowFactor float64
 	SlowMin    time.Duration
+	// TrustSamples: a batch's latency ÷ projected finish feeds the projections' measured error
+	// (plan.Accuracy) only when its node's model had learned from this many replies at placement;
+	// the first batches, priced by a prior that may be far off (another machine's), would
+	// otherwise inflate admission's margin long after the nodes' own models replaced it.
+	TrustSamples int
 }
 
 // Metrics are what dispatch records; nil fields record nothing.
@@ -369,9 +374,7 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slo
 		}
 		n.Remember(b.PrefixKey, resp.GetStats().GetPrefixCached())
 		observe(d.m.BatchDuration, el.Seconds())
-		if l.Finish > 0 {
-			d.acc.Add(el.Seconds() / l.Finish)
-		}
+		d.record(l, el)
 		pred := l.Predicted
 		if resp.GetStats().GetPrefixCached() {
 			pred -= l.Coeffs.Seconds(costmodel.PrefixFeatures(b.PrefixTokens))
@@ -403,9 +406,14 @@ func (d *Dispatcher) outlier(ctx context.Context, l *plan.Lease, err error, el t
 		}
 		// A miss is a lower bound on the batch's latency: it keeps the projections' error honest
 		// (only answered batches would bias it low).
-		if l.Finish > 0 {
-			d.acc.Add(el.Seconds() / l.Finish)
-		}
+		d.record(l, el)
+	}
+}
+
+// record adds a trusted projection's error to the accuracy window.
+func (d *Dispatcher) record(l *plan.Lease, el time.Duration) {
+	if l.Finish > 0 && l.Samples >= int64(d.cfg.TrustSamples) {
+		d.acc.Add(el.Seconds() / l.Finish)
 	}
 }
 

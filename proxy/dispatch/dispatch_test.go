@@ -12,6 +12,7 @@ import (
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/cluster"
+	"github.com/relevance-scoring/relevance/proxy/plan"
 	"github.com/relevance-scoring/relevance/proxy/request"
 )
 
@@ -119,5 +120,24 @@ func TestNodeFieldErrorsNameTheRequestItem(t *testing.T) {
 		if got := requestFields(e, items); got != e {
 			t.Errorf("%v rewritten to %v", e, got)
 		}
+	}
+}
+
+// TestOnlyTrustedProjectionsFeedAccuracy: the measured error that admission's margin reads comes
+// from batches whose node model had learned enough; the first batches, priced by the prior, are
+// left out.
+func TestOnlyTrustedProjectionsFeedAccuracy(t *testing.T) {
+	d := &Dispatcher{cfg: Config{TrustSamples: 10}, acc: &plan.Accuracy{}}
+	for range 32 {
+		d.record(&plan.Lease{Finish: 0.1, Samples: 3}, 400*time.Millisecond) // 4× off: the prior
+	}
+	if _, n := d.acc.Quantile(0.9); n != 0 {
+		t.Fatalf("%d untrusted projections recorded", n)
+	}
+	for range 32 {
+		d.record(&plan.Lease{Finish: 0.1, Samples: 10}, 110*time.Millisecond)
+	}
+	if q, n := d.acc.Quantile(0.9); n != 32 || math.Abs(q-1.1) > 1e-9 {
+		t.Errorf("p90 %v over %d, want 1.1 over 32", q, n)
 	}
 }

@@ -58,6 +58,9 @@ type Lease struct {
 	// Alone is set when no other batch of this proxy's was in flight on the node at placement: a
 	// latency that can be learned from for a node that reports no compute time.
 	Alone bool
+	// Samples is how many replies the node's cost model had learned from at placement: how far
+	// the projection could be trusted.
+	Samples int64
 }
 
 // Release gives back a lease whose call will not be made: its charge, its call count and its
@@ -152,7 +155,7 @@ func lease(n *cluster.Node, done func(error), w Work) *Lease {
 	c := n.Coeffs()
 	now := time.Now()
 	f := w.On(n)
-	l := &Lease{Node: n, Done: done, Coeffs: c, Predicted: c.Seconds(f), Features: f}
+	l := &Lease{Node: n, Done: done, Coeffs: c, Predicted: c.Seconds(f), Features: f, Samples: n.Samples()}
 	l.Start = n.Load(now)
 	l.Finish = l.Start + l.Predicted
 	n.Charge(now, l.Predicted)
