@@ -55,3 +55,43 @@ func (c Costs) Load(i int) float64 { return c.Loads[i] }
 
 // Cost implements Costed.
 func (c Costs) Cost(i int) float64 { return c.Costs[i] }
+
+// ArgMin is the pick of the least-loaded family: the index in [0, n) with the least f, ties
+// broken uniformly at random (reservoir sampling over the tied minimum) when n ≤ fullScanMax;
+// above, the power of two choices (Mitzenmacher): two distinct random indices, the lesser wins (a
+// random one on a tie), which keeps picks O(1) and avoids every proxy herding onto the same node.
+// It returns -1 for n = 0.
+func ArgMin(n int, f func(i int) float64, rnd Rand, fullScanMax int) int {
+	switch {
+	case n == 0:
+		return -1
+	case n == 1:
+		return 0
+	case n > fullScanMax:
+		i := rnd(n)
+		j := rnd(n - 1)
+		if j >= i {
+			j++
+		}
+		fi, fj := f(i), f(j)
+		if fj < fi || (fj == fi && rnd(2) == 0) {
+			return j
+		}
+		return i
+	}
+	best, ties := 0, 1
+	bestF := f(0)
+	for i := 1; i < n; i++ {
+		v := f(i)
+		switch {
+		case v < bestF:
+			best, bestF, ties = i, v, 1
+		case v == bestF:
+			ties++
+			if rnd(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return best
+}

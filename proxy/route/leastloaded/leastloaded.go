@@ -38,37 +38,5 @@ func New(fullScanMax int, rnd route.Rand) *Picker {
 
 // Pick implements route.Picker.
 func (p *Picker) Pick(c route.Candidates) int {
-	n := c.Len()
-	switch {
-	case n == 0:
-		return -1
-	case n == 1:
-		return 0
-	case n > p.fullScanMax:
-		i := p.rnd(n)
-		j := p.rnd(n - 1)
-		if j >= i {
-			j++
-		}
-		li, lj := c.Load(i), c.Load(j)
-		if lj < li || (lj == li && p.rnd(2) == 0) {
-			return j
-		}
-		return i
-	}
-	best, ties := 0, 1
-	bestLoad := c.Load(0)
-	for i := 1; i < n; i++ {
-		l := c.Load(i)
-		switch {
-		case l < bestLoad:
-			best, bestLoad, ties = i, l, 1
-		case l == bestLoad:
-			ties++
-			if p.rnd(ties) == 0 {
-				best = i
-			}
-		}
-	}
-	return best
+	return route.ArgMin(c.Len(), c.Load, p.rnd, p.fullScanMax)
 }

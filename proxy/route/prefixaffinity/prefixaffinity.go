@@ -39,41 +39,9 @@ func New(fullScanMax int, rnd route.Rand) *Picker {
 
 // Pick implements route.Picker.
 func (p *Picker) Pick(c route.Candidates) int {
-	n := c.Len()
-	finish := func(i int) float64 { return c.Load(i) }
+	finish := c.Load
 	if cc, ok := c.(route.Costed); ok {
 		finish = func(i int) float64 { return c.Load(i) + cc.Cost(i) }
 	}
-	switch {
-	case n == 0:
-		return -1
-	case n == 1:
-		return 0
-	case n > p.fullScanMax:
-		i := p.rnd(n)
-		j := p.rnd(n - 1)
-		if j >= i {
-			j++
-		}
-		fi, fj := finish(i), finish(j)
-		if fj < fi || (fj == fi && p.rnd(2) == 0) {
-			return j
-		}
-		return i
-	}
-	best, ties := 0, 1
-	bestF := finish(0)
-	for i := 1; i < n; i++ {
-		f := finish(i)
-		switch {
-		case f < bestF:
-			best, bestF, ties = i, f, 1
-		case f == bestF:
-			ties++
-			if p.rnd(ties) == 0 {
-				best = i
-			}
-		}
-	}
-	return best
+	return route.ArgMin(c.Len(), finish, p.rnd, p.fullScanMax)
 }
