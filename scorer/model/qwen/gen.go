@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/relevance-scoring/relevance/kernels"
 	"github.com/relevance-scoring/relevance/scorer/model/safetensors"
@@ -17,6 +18,13 @@ import (
 
 // QwenVocabSize is the padded vocabulary of the Qwen3 checkpoints (151 669 tokens used).
 const QwenVocabSize = 151936
+
+// Qwen3RerankerVocabSize is the vocabulary of Qwen3-Reranker-0.6B's config.json: exactly the
+// tokenizer's 151 669 tokens, unpadded.
+const Qwen3RerankerVocabSize = 151669
+
+// Presets lists the preset names Preset accepts.
+var Presets = []string{"tiny", "small", "reranker-0.6b"}
 
 // Preset returns the config of a generated model.
 //
@@ -26,6 +34,10 @@ const QwenVocabSize = 151936
 //   - small: hidden 512, 8 layers, 8 heads / 4 KV heads of 64 dims; dense intermediate 1536
 //     (the benchmark shape); MoE 32 experts, top 4, expert intermediate 384, so that expert GEMMs
 //     and attention dominate; Qwen2-MoE shared expert 1024.
+//   - reranker-0.6b (qwen3 only): the shape of Qwen3-Reranker-0.6B — hidden 1024, 28 layers,
+//     16 heads / 8 KV heads of 128 dims, intermediate 3072, vocab 151 669, tied embeddings:
+//     596 M parameters, 1.2 GB in bf16. Random weights: for measuring what a real reranker of
+//     that size costs, not for its scores.
 //
 // arch is qwen3, qwen3_moe or qwen2_moe.
 func Preset(arch, preset string) (*Config, error) {
@@ -39,8 +51,15 @@ func Preset(arch, preset string) (*Config, error) {
 		c.HiddenSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim = 512, 8, 8, 4, 64
 		c.IntermediateSize, c.NumExperts, c.NumExpertsPerTok, c.MoEIntermediateSize = 1536, 32, 4, 384
 		c.SharedExpertIntermediateSize = 1024
+	case "reranker-0.6b":
+		if arch != "qwen3" {
+			return nil, fmt.Errorf("preset: %q is a dense Qwen3 shape; want arch qwen3, got %q", preset, arch)
+		}
+		c.VocabSize = Qwen3RerankerVocabSize
+		c.HiddenSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim = 1024, 28, 16, 8, 128
+		c.IntermediateSize = 3072
 	default:
-		return nil, fmt.Errorf("preset: unknown preset %q (want tiny or small)", preset)
+		return nil, fmt.Errorf("preset: unknown preset %q (want %s)", preset, strings.Join(Presets, ", "))
 	}
 	// Every preset ties the head to the embedding (as Qwen3-Reranker-0.6B does): an untied head
 	// would double the file for nothing the benchmarks measure.
