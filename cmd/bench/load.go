@@ -21,10 +21,10 @@ import (
 	"github.com/relevance-scoring/relevance/internal/cli"
 )
 
-// defaultRate is the open-loop rate when neither --rate nor --concurrency is given: about a
-// third of what the default `make run` cluster sustains on the default workload
-// (bench/results/README.md, "Defaults of make run and bench load").
-const defaultRate = 0.5
+// defaultRate is the open-loop rate when neither --rate nor --concurrency is given: under half
+// of what the default `make run` cluster (2 nodes of the small model, one thread each) sustains
+// on the default workload on a shared 2-core machine (bench/results/README.md §6).
+const defaultRate = 0.3
 
 func runLoad(args []string) error {
 	fs := cli.NewFlagSet("bench", "load", "[--target URL] [--rate R | --concurrency N] [--duration D] [flags]")
