@@ -103,6 +103,9 @@ type Profile struct {
 	R2         float64 `json:"r2,omitempty"`
 	// MaxTokens is the longest prompt the node accepted (0: unlimited).
 	MaxTokens int `json:"max_tokens,omitempty"`
+	// Measured keeps the measured shapes the coefficients were fitted from, every repetition
+	// (see MeasuredShape); empty in a coefficients-only profile.
+	Measured []MeasuredShape `json:"measured,omitempty"`
 }
 
 // Validate checks the profile's values.
@@ -116,7 +119,7 @@ func (p *Profile) Validate() error {
 	if !(p.NoiseSigma >= 0) || p.NoiseSigma > 3 {
 		return fmt.Errorf("cost profile: noise_sigma must be in [0, 3], got %v", p.NoiseSigma)
 	}
-	return nil
+	return p.validateMeasured()
 }
 
 // LoadProfile reads and validates a JSON profile.

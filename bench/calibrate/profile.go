@@ -2,6 +2,8 @@ package calibrate
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -49,6 +51,7 @@ func Run(ctx context.Context, addr string, threads int, o Options) (*Result, err
 		MeasuredAt: time.Now().UTC().Format(time.RFC3339),
 		Samples:    len(samples),
 		R2:         fit.R2,
+		Measured:   MeasuredShapes(samples),
 	}
 	if p.NoiseSigma > 3 {
 		p.NoiseSigma = 3
@@ -76,4 +79,65 @@ func Machine() string {
 		cpu = "unknown CPU"
 	}
 	return fmt.Sprintf("%s, %d logical CPUs, %s/%s", cpu, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
+}
+
+// MeasuredShapes groups samples by designed shape (and prefix-cache state) into the profile's
+// measured shapes, every repetition's seconds kept in measurement order, shapes in order of
+// first measurement. A shape's token counts are its first repetition's (repetitions of one
+// shape differ by a few tokens: their texts are drawn anew).
+func MeasuredShapes(samples []Sample) []costmodel.MeasuredShape {
+	type key struct {
+		sh     Shape
+		cached bool
+	}
+	idx := map[key]int{}
+	var out []costmodel.MeasuredShape
+	for _, s := range samples {
+		k := key{s.Shape, s.PrefixCached}
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, costmodel.MeasuredShape{PrefixTokens: s.PrefixTokens, ItemTokens: append([]int(nil), s.ItemTokens...), PrefixCached: s.PrefixCached})
+		}
+		out[i].Seconds = append(out[i].Seconds, s.Seconds)
+	}
+	return out
+}
+
+// LoadSamples reads the samples a calibration wrote (`bench calibrate --samples FILE`).
+func LoadSamples(path string) ([]Sample, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load samples: %w", err)
+	}
+	var s []Sample
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("load samples %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// FromSamples builds a samples profile from a calibration's samples: base's coefficients and
+// description when base is given (the profile the same run wrote), else a fit of the samples,
+// with every sample kept as measured shapes (Profile.Measured).
+func FromSamples(samples []Sample, base *costmodel.Profile) (*costmodel.Profile, error) {
+	if len(samples) == 0 {
+		return nil, errors.New("samples profile: no samples")
+	}
+	var p costmodel.Profile
+	if base != nil {
+		p = *base
+	} else {
+		fit, err := FitSamples(samples)
+		if err != nil {
+			return nil, fmt.Errorf("samples profile: %w", err)
+		}
+		p = costmodel.Profile{Coeffs: fit.Coeffs, NoiseSigma: min(fit.Sigma, 3), Samples: len(samples), R2: fit.R2}
+	}
+	p.Measured = MeasuredShapes(samples)
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("samples profile: %w", err)
+	}
+	return &p, nil
 }

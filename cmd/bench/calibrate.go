@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/relevance-scoring/relevance/costmodel"
 	"io"
 	"os"
 	"os/signal"
@@ -13,11 +12,12 @@ import (
 
 	"github.com/relevance-scoring/relevance/bench/calibrate"
 	"github.com/relevance-scoring/relevance/bench/report"
+	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/internal/cli"
 )
 
 func runCalibrate(args []string) error {
-	fs := cli.NewFlagSet("bench", "calibrate", "--node HOST:PORT [--out profile.json] [flags]")
+	fs := cli.NewFlagSet("bench", "calibrate", "--node HOST:PORT [--out profile.json] [flags]  |  --from-samples samples.json [--profile p.json] --out profile.json")
 	node := fs.String("node", "", "scorer node gRPC address (host:port); required")
 	out := fs.String("out", "profile.json", "where to write the cost profile (JSON)")
 	repeats := fs.Int("repeats", 2, "times each batch shape is sent")
@@ -28,8 +28,13 @@ func runCalibrate(args []string) error {
 	seed := fs.Uint64("seed", 1, "seed of the batch texts and order")
 	verbose := fs.Bool("v", true, "print one line per batch")
 	nodePID := fs.Int("node-pid", 0, "time batches by this local node process's CPU time (Linux) instead of its wall time: for a one-thread node on a machine shared with other work")
+	fromSamples := fs.String("from-samples", "", "measure nothing: build a samples profile (coefficients + every measured batch, replayed by emulated nodes) from the samples a calibration wrote (--samples), with --profile's coefficients when given, else a fit of the samples")
+	baseProfile := fs.String("profile", "", "with --from-samples: the profile the same calibration wrote, whose coefficients and description are kept")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *fromSamples != "" {
+		return convertSamples(*fromSamples, *baseProfile, *out)
 	}
 	if *node == "" {
 		return fmt.Errorf("--node is required (a scorer's gRPC host:port)")
@@ -96,4 +101,32 @@ func exampleCost(c costmodel.Coeffs) float64 {
 		items[i] = 250
 	}
 	return c.Seconds(costmodel.BatchFeatures(60, items, false))
+}
+
+// convertSamples writes a samples profile built from a calibration's samples file (and the
+// profile fitted with them, when given).
+func convertSamples(samplesPath, profilePath, out string) error {
+	samples, err := calibrate.LoadSamples(samplesPath)
+	if err != nil {
+		return err
+	}
+	var base *costmodel.Profile
+	if profilePath != "" {
+		if base, err = costmodel.LoadProfile(profilePath); err != nil {
+			return err
+		}
+	}
+	p, err := calibrate.FromSamples(samples, base)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	if err := p.Save(out); err != nil {
+		return fmt.Errorf("write profile: %w", err)
+	}
+	fmt.Printf("samples profile: %d shapes, %d measured batches, a = %.4g b = %.4g c = %.4g\nwrote %s\n",
+		len(p.Measured), p.Repetitions(), p.A, p.B, p.C, out)
+	return nil
 }

@@ -1,8 +1,19 @@
-// Package emulated is a scorer.Engine that needs no model: Forward takes the time a calibrated
-// cost profile (package costmodel, the same formula the proxy learns) predicts for the pass,
-// times a seeded log-normal noise, and returns deterministic pseudo-scores. It lets one small
-// machine stand in for clusters of 16–64 nodes. Everything it reports is labelled emulated
+// Package emulated is a scorer.Engine that needs no model: Forward sleeps for a time taken from
+// a calibrated cost profile and returns deterministic pseudo-scores. It lets one small machine
+// stand in for clusters of 16–64 nodes. Everything it reports is labelled emulated
 // (Info().Emulated, Architecture "emulated").
+//
+// Two modes, chosen by the profile (Engine.Emulation; /v1/status shows it in "kernels" as
+// "emulation: samples (N shapes, M passes)" or "emulation: formula"):
+//
+//   - samples: the profile keeps the shapes measured on the real engine (costmodel.Profile.
+//     Measured, written by `bench calibrate`). Each pass's time is replayed from the measured
+//     shapes nearest its own, carried to its shape by the ratio of the formula's predictions,
+//     with the spread of the measured repetitions (see replayer). The formula only interpolates
+//     between measurements; where the engine departs from it, the emulation follows the engine,
+//     so a policy tuned to the formula is not tested in a world where the formula is true.
+//   - formula: a coefficients-only profile. The pass takes the formula's prediction (package
+//     costmodel, the same formula the proxy learns) times a seeded log-normal noise exp(σ·Z).
 //
 // Token counts are exact: by default Tokenize is the real prompt builder (scorer/prompt over
 // the shipped Qwen3 tokenizer), so the emulated node sees the same token counts, truncation and
@@ -22,7 +33,10 @@ package emulated
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -82,6 +96,8 @@ type Engine struct {
 	kvPerTok  int64
 	modelName string
 
+	replay *replayer // nil in formula mode
+
 	mu  sync.Mutex // guards rng
 	rng *rand.Rand
 }
@@ -140,15 +156,29 @@ func New(opt Options) (*Engine, error) {
 		}
 		e.cache = c
 	}
+	kernels := "emulation: " + ModeFormula
+	if len(opt.Profile.Measured) > 0 {
+		e.replay = newReplayer(&e.prof)
+		kernels = fmt.Sprintf("emulation: %s (%d shapes, %d passes)", ModeSamples, len(e.prof.Measured), e.prof.Repetitions())
+	}
 	e.info = scorer.Info{
 		Model:        e.modelName,
 		Architecture: Architecture,
 		DType:        "none",
-		Kernels:      "none",
+		Kernels:      kernels,
 		MaxTokens:    maxTok,
 		Emulated:     true,
+		Fingerprint:  fingerprint(opt.Profile),
 	}
 	return e, nil
+}
+
+// fingerprint is the emulated engine's model identity (scorer.Info.Fingerprint): a hash of
+// "emulated" and its cost profile as JSON, the only input that shapes what it replies.
+func fingerprint(p *costmodel.Profile) string {
+	b, _ := json.Marshal(p) // a struct of numbers and strings: cannot fail
+	h := sha256.Sum256(append([]byte("emulated\x00"), b...))
+	return hex.EncodeToString(h[:16])
 }
 
 func sleepTimer(ctx context.Context, d time.Duration) error {
@@ -163,6 +193,15 @@ func sleepTimer(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Emulation says how pass times are drawn: ModeSamples with the number of measured shapes it
+// replays, or ModeFormula with 0.
+func (e *Engine) Emulation() (mode string, shapes int) {
+	if e.replay != nil {
+		return ModeSamples, len(e.prof.Measured)
+	}
+	return ModeFormula, 0
 }
 
 // Info implements scorer.Engine.
@@ -227,7 +266,32 @@ func (e *Engine) noise() float64 {
 	return math.Exp(e.prof.NoiseSigma * z)
 }
 
-// Forward implements scorer.Engine: it sleeps for the pass's predicted time and fills
+// replaySeconds draws the time of a pass over groups (reused of them with a reused prefix,
+// features f) from the measured shapes.
+func (e *Engine) replaySeconds(groups []*scorer.Group, reused int, f costmodel.Features) float64 {
+	s := shape{groups: float64(len(groups)), features: f}
+	var prefix, items, itemTok int
+	for _, g := range groups {
+		prefix += len(g.Prefix)
+		for _, l := range itemLens(g) {
+			items++
+			itemTok += l
+		}
+	}
+	if len(groups) > 0 {
+		s.prefix = float64(prefix) / float64(len(groups))
+		s.cached = float64(reused) / float64(len(groups))
+	}
+	s.items = float64(items)
+	if items > 0 {
+		s.meanItem = float64(itemTok) / float64(items)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.replay.seconds(s, e.rng)
+}
+
+// Forward implements scorer.Engine: it sleeps for the pass's emulated time and fills
 // deterministic pseudo-logits. On ctx's end it returns ctx's error, and prefixes this pass
 // computed are not published.
 func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.ForwardStats, error) {
@@ -242,6 +306,7 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 	seen := make(map[prefixcache.Key]bool, len(groups))
 	cached := make([]bool, len(groups))
 	var f costmodel.Features
+	reusedCount := 0
 	for gi, g := range groups {
 		k := prefixcache.KeyOf(e.modelName, g.Prefix)
 		reused := seen[k]
@@ -267,9 +332,17 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 		for _, l := range lens {
 			st.ItemTokens += l
 		}
+		if reused {
+			reusedCount++
+		}
 		f = f.Add(costmodel.BatchFeatures(len(g.Prefix), lens, reused))
 	}
-	secs := e.prof.Seconds(f) * e.noise()
+	var secs float64
+	if e.replay != nil {
+		secs = e.replaySeconds(groups, reusedCount, f)
+	} else {
+		secs = e.prof.Seconds(f) * e.noise()
+	}
 	d := time.Duration(secs * float64(time.Second))
 	if err := e.sleep(ctx, d); err != nil {
 		if ep != nil {
