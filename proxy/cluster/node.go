@@ -55,6 +55,7 @@ type Node struct {
 
 	// Outlier detection (outlier.go).
 	slowRun      atomic.Int32 // slow outcomes in a row
+	slowness     atomicFloat  // average recent latency ÷ projected finish (0: no outcome yet)
 	slowTotal    atomic.Int64
 	ejections    atomic.Int32 // how many times ejected (the next ejection's multiplier)
 	ejectedUntil atomic.Int64 // unix nanoseconds

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"math"
+	"slices"
 	"time"
 )
 
@@ -14,23 +16,44 @@ type OutlierConfig struct {
 }
 
 // Outlier detection. A node's calls end OK, slow (a batch far beyond its projected finish, or a
-// deadline the node could not meet), or failed (the breaker's business). ConsecutiveSlow slow
-// outcomes in a row eject the node: it leaves Eligible for n × BaseEjection (n its ejection count,
-// capped at MaxEjection), then comes back on probation, where one slow outcome ejects it again
-// and one OK outcome ends the probation. At most MaxEjectionPercent of the nodes are ejected at
-// once (at least one when there are two or more), so detection never empties the cluster.
+// deadline the node could not meet), or failed (the breaker's business); each outcome also moves
+// the node's slowness, an average of its recent latency ÷ projected finish. ConsecutiveSlow slow
+// outcomes in a row eject the node — if it is an outlier: its slowness at least outlierFactor ×
+// the median of the other nodes' (as Envoy's detectors compare a host with the rest of the
+// cluster). When every node is slow — the machine is overloaded, not one node broken — nobody is
+// ejected, since removing capacity then makes everything worse. An ejected node leaves Eligible
+// for n × BaseEjection (n its ejection count, capped at MaxEjection), then comes back on
+// probation, where one slow outcome ejects it again and one OK outcome ends the probation. At most
+// MaxEjectionPercent of the nodes are ejected at once (at least one when there are two or more),
+// so detection never empties the cluster.
 
-// ReportOK records a call that ended in time.
-func (c *Cluster) ReportOK(n *Node, now time.Time) {
+// outlierFactor is how much slower than the median of the others a node must be to be ejected.
+const outlierFactor = 2.0
+
+// observeSlowness folds one outcome's latency ÷ projected finish into the node's average.
+func (n *Node) observeSlowness(ratio float64) {
+	if !(ratio > 0) || math.IsInf(ratio, 0) {
+		return
+	}
+	if old := n.slowness.Load(); old > 0 {
+		ratio = 0.7*old + 0.3*ratio
+	}
+	n.slowness.Store(ratio)
+}
+
+// ReportOK records a call that ended in time, ratio its latency ÷ projected finish.
+func (c *Cluster) ReportOK(n *Node, now time.Time, ratio float64) {
+	n.observeSlowness(ratio)
 	n.slowRun.Store(0)
 	if n.probation.Swap(false) && now.Sub(time.Unix(0, n.ejectedUntil.Load())) > c.cfg.Outlier.MaxEjection {
 		n.ejections.Store(0)
 	}
 }
 
-// ReportSlow records a slow outcome (counted once per call) and ejects the node when it is the
-// last straw.
-func (c *Cluster) ReportSlow(n *Node, now time.Time) {
+// ReportSlow records a slow outcome (counted once per call; ratio its latency ÷ projected finish
+// so far) and ejects the node when it is the last straw.
+func (c *Cluster) ReportSlow(n *Node, now time.Time, ratio float64) {
+	n.observeSlowness(ratio)
 	n.slowTotal.Add(1)
 	if c.cfg.Outlier.Disabled {
 		return
@@ -45,6 +68,9 @@ func (c *Cluster) ReportSlow(n *Node, now time.Time) {
 		return
 	}
 	members := c.Snapshot()
+	if !c.outlier(n, members, now) {
+		return // as slow as the rest: an overloaded machine, not a broken node
+	}
 	limit := len(members) * c.cfg.Outlier.MaxEjectionPercent / 100
 	if len(members) >= 2 {
 		limit = max(limit, 1)
@@ -67,6 +93,26 @@ func (c *Cluster) ReportSlow(n *Node, now time.Time) {
 	c.notify()
 	// Wake WaitFor callers again when it comes back.
 	time.AfterFunc(d, c.notify)
+}
+
+// outlier reports whether n is slower than the other serving nodes by outlierFactor (true when
+// no other node has outcomes to compare with).
+func (c *Cluster) outlier(n *Node, members []*Node, now time.Time) bool {
+	var others []float64
+	for _, m := range members {
+		if s := m.slowness.Load(); m != n && s > 0 && m.healthy.Load() && !m.Ejected(now) {
+			others = append(others, s)
+		}
+	}
+	if len(others) == 0 {
+		return true
+	}
+	slices.Sort(others)
+	med := others[len(others)/2]
+	if len(others)%2 == 0 {
+		med = (others[len(others)/2-1] + med) / 2
+	}
+	return n.slowness.Load() >= outlierFactor*med
 }
 
 // Ejected reports whether the node is ejected at now.

@@ -32,15 +32,15 @@ func TestOutlierEjectionBoundedAndGrowing(t *testing.T) {
 	nodes := c.Snapshot()
 	a, b := nodes[0], nodes[1]
 	t0 := time.Now()
-	c.ReportSlow(a, t0)
-	c.ReportSlow(a, t0)
-	c.ReportOK(a, t0) // not in a row
-	c.ReportSlow(a, t0)
-	c.ReportSlow(a, t0)
+	c.ReportSlow(a, t0, 3)
+	c.ReportSlow(a, t0, 3)
+	c.ReportOK(a, t0, 1) // not in a row
+	c.ReportSlow(a, t0, 3)
+	c.ReportSlow(a, t0, 3)
 	if a.Ejected(t0) {
 		t.Fatal("ejected after 2 slow outcomes in a row (3 needed)")
 	}
-	c.ReportSlow(a, t0)
+	c.ReportSlow(a, t0, 3)
 	if !a.Ejected(t0) || a.Ejected(t0.Add(base)) {
 		t.Fatalf("after 3 in a row: ejected %v, still at +base %v; want ejected for exactly base", a.Ejected(t0), a.Ejected(t0.Add(base)))
 	}
@@ -49,14 +49,17 @@ func TestOutlierEjectionBoundedAndGrowing(t *testing.T) {
 	}
 	// 10 % of two nodes rounds to none, but one may always go: b stays, a is already out.
 	for range 5 {
-		c.ReportSlow(b, t0)
+		c.ReportSlow(b, t0, 3)
 	}
 	if b.Ejected(t0) {
 		t.Error("both nodes ejected: the ejection share was not enforced")
 	}
+	for range 10 {
+		c.ReportOK(b, t0, 1) // b is fine again, so a stands out
+	}
 	// Probation: back after base, one slow outcome ejects it again, for 2 × base.
 	t1 := t0.Add(base + time.Millisecond)
-	c.ReportSlow(a, t1)
+	c.ReportSlow(a, t1, 3)
 	if !a.Ejected(t1) || !a.Ejected(t1.Add(2*base-time.Millisecond)) || a.Ejected(t1.Add(2*base+time.Millisecond)) {
 		t.Errorf("on probation, one slow outcome: want re-ejected for 2 × base")
 	}
@@ -81,5 +84,31 @@ func TestLateNodeLooksBusy(t *testing.T) {
 	n.Settle(t0.Add(400*time.Millisecond), 0.1)
 	if l := n.Load(t0.Add(500 * time.Millisecond)); l != 0 {
 		t.Errorf("answered: load %v, want 0", l)
+	}
+}
+
+// TestEquallySlowNodesAreNotEjected: when every node is slow (an overloaded machine, not a
+// broken node) none is ejected — that would halve the capacity of a two-node cluster exactly when
+// it is short of it; a node slow while the others are fine is.
+func TestEquallySlowNodesAreNotEjected(t *testing.T) {
+	c := startCluster(t, 2, OutlierConfig{ConsecutiveSlow: 3, BaseEjection: time.Second, MaxEjection: time.Minute, MaxEjectionPercent: 50})
+	nodes := c.Snapshot()
+	a, b := nodes[0], nodes[1]
+	t0 := time.Now()
+	for range 10 {
+		c.ReportSlow(a, t0, 3)
+		c.ReportSlow(b, t0, 3)
+	}
+	if a.Ejected(t0) || b.Ejected(t0) {
+		t.Fatalf("equally slow nodes: a ejected %v, b ejected %v; want neither", a.Ejected(t0), b.Ejected(t0))
+	}
+	for range 10 {
+		c.ReportOK(b, t0, 1) // b recovers; a stays slow
+	}
+	for range 3 {
+		c.ReportSlow(a, t0, 3)
+	}
+	if !a.Ejected(t0) || b.Ejected(t0) {
+		t.Errorf("a slow while b is fine: a ejected %v, b ejected %v; want a only", a.Ejected(t0), b.Ejected(t0))
 	}
 }

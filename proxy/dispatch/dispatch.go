@@ -246,7 +246,7 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 			// another node while the deadline allows.
 			stuckC = nil
 			if slow1.CompareAndSwap(false, true) {
-				d.cluster.ReportSlow(l.Node, time.Now())
+				d.cluster.ReportSlow(l.Node, time.Now(), d.cfg.SlowFactor)
 			}
 			l2 = d.placeRescue(ctx, *tried, b)
 		}
@@ -398,16 +398,25 @@ func (d *Dispatcher) outlier(ctx context.Context, l *plan.Lease, err error, el t
 	switch {
 	case err == nil:
 		if !slow.Load() {
-			d.cluster.ReportOK(l.Node, now)
+			d.cluster.ReportOK(l.Node, now, ratio(el, l.Finish))
 		}
 	case status.Code(err) == codes.DeadlineExceeded && (ctx.Err() == nil || el.Seconds() > l.Finish+d.cfg.SlowMin.Seconds()):
 		if slow.CompareAndSwap(false, true) {
-			d.cluster.ReportSlow(l.Node, now)
+			// A refusal comes fast but means the node is far slower than projected.
+			d.cluster.ReportSlow(l.Node, now, max(ratio(el, l.Finish), d.cfg.SlowFactor))
 		}
 		// A miss is a lower bound on the batch's latency: it keeps the projections' error honest
 		// (only answered batches would bias it low).
 		d.record(l, el)
 	}
+}
+
+// ratio is a latency over its projected finish (0 when there was no projection).
+func ratio(el time.Duration, finish float64) float64 {
+	if !(finish > 0) {
+		return 0
+	}
+	return el.Seconds() / finish
 }
 
 // record adds a trusted projection's error to the accuracy window.
