@@ -101,6 +101,10 @@ type Info struct {
 	MoEPolicy    string // MoE kernel policy ("" when dense)
 	MaxTokens    int    // longest prompt accepted (prefix + item)
 	Emulated     bool
+	// Fingerprint identifies what the engine scores with (weights, config, tokenizer, prompt
+	// template, result-changing settings), as hex; engines with equal fingerprints give equal
+	// scores. Every ScoreBatch reply carries it (model_fingerprint); "" when unknown.
+	Fingerprint string
 }
 
 // Engine runs the model.

@@ -80,8 +80,9 @@ type Engine struct {
 	prior   scorer.CostPrior
 	// cache holds finished prefix KV (*qwen.PrefixKV) across passes; nil when disabled.
 	cache *prefixcache.Cache
-	// identity names the weights in cache keys: the model name and a fingerprint of config.json
-	// and the checkpoint (see modelIdentity).
+	// identity names the weights in cache keys: the model name and its Fingerprint, so KV never
+	// outlives the weights that made it, even when a folder is overwritten with new weights of the
+	// same shape.
 	identity string
 }
 
@@ -181,18 +182,19 @@ func Load(dir string, opt Options) (*Engine, error) {
 		ck.Close()
 		return nil, fmt.Errorf("load model: %w", err)
 	}
+	fp, err := Fingerprint(dir, ck, FingerprintSettings{MaxTokens: maxTokens, DType: m.DType, BF16Matmul: kernels.BF16MatmulMode()})
+	if err != nil {
+		ck.Close()
+		return nil, fmt.Errorf("load model: %w", err)
+	}
+	e.info.Fingerprint = fp
 	if opt.PrefixCacheBytes > 0 {
-		id, err := modelIdentity(dir, name, ck)
-		if err != nil {
-			ck.Close()
-			return nil, fmt.Errorf("load model: %w", err)
-		}
 		c, err := prefixcache.New(prefixcache.Options{BudgetBytes: opt.PrefixCacheBytes, Registerer: opt.Registerer})
 		if err != nil {
 			ck.Close()
 			return nil, fmt.Errorf("load model: %w", err)
 		}
-		e.cache, e.identity = c, id
+		e.cache, e.identity = c, name+"@"+fp
 	}
 	return e, nil
 }
@@ -448,19 +450,4 @@ func (e *Engine) PrefixCacheStats() (prefixcache.Stats, bool) {
 		return prefixcache.Stats{}, false
 	}
 	return e.cache.Stats(), true
-}
-
-// modelIdentity is the model part of prefix cache keys: the name plus a hash of config.json and
-// the checkpoint's fingerprint (file sizes, headers, sampled weight bytes), so KV never outlives
-// the weights that made it even when a folder is overwritten with new weights of the same shape.
-func modelIdentity(dir, name string, ck *safetensors.Checkpoint) (string, error) {
-	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		return "", fmt.Errorf("model identity: %w", err)
-	}
-	h := sha256.New()
-	h.Write(cfg)
-	fp := ck.Fingerprint()
-	h.Write(fp[:])
-	return fmt.Sprintf("%s@%x", name, h.Sum(nil)[:16]), nil
 }

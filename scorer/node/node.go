@@ -257,7 +257,7 @@ func (n *Node) runLoad(ctx context.Context) {
 		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
 	attrs := []any{"node_id", n.nodeID, "model", in.Model, "architecture", in.Architecture,
-		"dtype", in.DType, "kernels", in.Kernels, "max_tokens", in.MaxTokens, "took", time.Since(start).Round(time.Millisecond)}
+		"dtype", in.DType, "kernels", in.Kernels, "max_tokens", in.MaxTokens, "fingerprint", in.Fingerprint, "took", time.Since(start).Round(time.Millisecond)}
 	if in.Emulated {
 		n.log.Warn("EMULATED engine ready: no model runs, timings come from a cost profile", attrs...)
 	} else {
@@ -449,7 +449,8 @@ type Status struct {
 	MoEPolicy          string             `json:"moe_policy"`
 	MaxTokens          int                `json:"max_tokens"`
 	Emulated           bool               `json:"emulated"`
-	Engine             string             `json:"engine"` // "EMULATED" or "real"
+	ModelFingerprint   string             `json:"model_fingerprint,omitempty"` // scorer.Info.Fingerprint
+	Engine             string             `json:"engine"`                      // "EMULATED" or "real"
 	Loaded             bool               `json:"loaded"`
 	LoadError          string             `json:"load_error,omitempty"`
 	EngineError        string             `json:"engine_error,omitempty"` // the engine panicked: out of service
@@ -496,6 +497,7 @@ func (n *Node) Status() Status {
 		s.Loaded = true
 		s.Model, s.Architecture, s.DType, s.Kernels, s.MaxTokens, s.Emulated = in.Model, in.Architecture, in.DType, in.Kernels, in.MaxTokens, in.Emulated
 		s.MoEPolicy = in.MoEPolicy // the engine's: "" when it has no MoE layers
+		s.ModelFingerprint = in.Fingerprint
 		if pc, ok := eng.(PrefixCacheStatser); ok {
 			if st, ok := pc.PrefixCacheStats(); ok {
 				s.PrefixCache = &st
@@ -676,6 +678,8 @@ func (n *Node) reply(req *pb.ScoreBatchRequest, g *scorer.Group, r passResult, i
 		Model:    info.Model,
 		NodeId:   n.nodeID,
 		Emulated: info.Emulated,
+		// The proxy pins a request to one fingerprint and keys its score cache by it.
+		ModelFingerprint: info.Fingerprint,
 	}
 	scored := 0
 	for i, it := range req.Items {
