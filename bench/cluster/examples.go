@@ -21,12 +21,12 @@ func Examples(httpAddr, grpcAddr string) string {
     -d '%[3]s'
 
   curl -s http://%[1]s/v2/rerank -H 'Content-Type: application/json' \
-    -d '{"model":"relevance","query":"trail running shoes","documents":["Lightweight trail running shoes with grippy soles","Leather office chair","Waterproof hiking boots"],"top_n":2}'
+    -d '{"model":"rerank","query":"trail running shoes","documents":["Lightweight trail running shoes with grippy soles","Leather office chair","Waterproof hiking boots"],"top_n":2}'
 
   grpcurl -plaintext -d '{"query":"trail running shoes","items":[{"text":"Lightweight trail running shoes"},{"text":"Leather office chair"}]}' \
     %[2]s relevance.v1.Ranker/Score
 
-  bin/bench load --target http://%[1]s/v1/rerank --workload configs/workloads/small.yaml --rate 0.5 --duration 30s --json
+  bin/bench load --target http://%[1]s --duration 30s
   curl -s http://%[1]s/v1/nodes
 `, httpAddr, grpcAddr, ExampleRerankBody)
 }

@@ -169,7 +169,7 @@ func (t *httpTarget) Prepare(r *workload.Request) (Prepared, error) {
 	case "rerank", "cohere":
 		m := map[string]any{"query": r.Query, "documents": r.Items}
 		if t.shape == "cohere" {
-			m["model"] = "relevance"
+			m["model"] = "rerank" // the proxy's default alias of the served model (Cohere requires a name)
 		}
 		if r.TopN > 0 {
 			m["top_n"] = r.TopN
