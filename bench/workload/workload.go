@@ -138,6 +138,13 @@ type Spec struct {
 	RepeatQueryShare float64 `yaml:"repeat_query_share"`
 	// PopularQueries is the size of that pool; 0 means 20.
 	PopularQueries int `yaml:"popular_queries"`
+	// RepeatItemsShare is, for a request with a popular query, the share of its items drawn from
+	// that query's own catalogue of CatalogItems items (the same listings come back on refresh
+	// and paging, so (query, item) pairs repeat: the proxy's score cache); 0 means every item is
+	// fresh.
+	RepeatItemsShare float64 `yaml:"repeat_items_share"`
+	// CatalogItems is the size of each popular query's catalogue; 0 means 64.
+	CatalogItems int `yaml:"catalog_items"`
 	// ChineseShare is the share of items written in Chinese; 0 means none.
 	ChineseShare float64 `yaml:"chinese_share"`
 	// Instruction is sent with every request; empty means the model's default.
@@ -223,6 +230,12 @@ func (s Spec) Validate() error {
 	if s.ChineseShare < 0 || s.ChineseShare > 1 {
 		return fmt.Errorf("workload.chinese_share: must be in [0, 1], got %v", s.ChineseShare)
 	}
+	if s.RepeatItemsShare < 0 || s.RepeatItemsShare > 1 {
+		return fmt.Errorf("workload.repeat_items_share: must be in [0, 1], got %v", s.RepeatItemsShare)
+	}
+	if s.CatalogItems < 0 {
+		return fmt.Errorf("workload.catalog_items: must be ≥ 0, got %d", s.CatalogItems)
+	}
 	if s.PopularQueries < 0 {
 		return fmt.Errorf("workload.popular_queries: must be ≥ 0, got %d", s.PopularQueries)
 	}
@@ -294,18 +307,32 @@ func generate(s Spec, seed, i uint64) Request {
 		pool = 20
 	}
 	var query string
+	popular := -1
 	if s.RepeatQueryShare > 0 && r.Float64() < s.RepeatQueryShare {
 		// Popular queries: a Zipf-like pick so a few queries dominate, as in search logs.
 		k := int(float64(pool) * math.Pow(r.Float64(), 2))
 		qr := rand.New(rand.NewPCG(seed^0x9e3779b97f4a7c15, uint64(k)))
 		query = genQuery(qr, s.QueryWords.DrawInt(qr))
+		popular = k
 	} else {
 		query = genQuery(r, s.QueryWords.DrawInt(r))
 	}
 	n := s.Items.DrawInt(r)
 	req := Request{Query: query, Instruction: s.Instruction, TopN: s.TopN,
 		Items: make([]string, n), ApproxTokens: make([]int, n)}
+	catalog := s.CatalogItems
+	if catalog == 0 {
+		catalog = 64
+	}
 	for j := range n {
+		if popular >= 0 && s.RepeatItemsShare > 0 && r.Float64() < s.RepeatItemsShare {
+			// Item c of popular query k: its own stream, so it is the same text every time.
+			c := r.IntN(catalog)
+			cr := rand.New(rand.NewPCG(seed^0x7f4a7c159e3779b9, uint64(popular)<<32|uint64(c)))
+			req.Items[j] = genItem(cr, s.ItemTokens.DrawInt(cr))
+			req.ApproxTokens[j] = EstimateTokens(req.Items[j])
+			continue
+		}
 		target := s.ItemTokens.DrawInt(r)
 		if s.ChineseShare > 0 && r.Float64() < s.ChineseShare {
 			req.Items[j] = genChineseItem(r, target)

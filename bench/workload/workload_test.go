@@ -172,3 +172,36 @@ func TestBuiltinsMatchConfigs(t *testing.T) {
 		})
 	}
 }
+
+// TestRepeatedItemsOfPopularQueries: with repeat_items_share, a popular query's requests share
+// items from its catalogue, so (query, item) pairs repeat across requests; without it they do not.
+func TestRepeatedItemsOfPopularQueries(t *testing.T) {
+	pairs := func(share float64) (repeats, total int) {
+		s := Spec{Seed: 3, Items: Dist{Kind: "const", Value: 10}, QueryWords: Dist{Kind: "const", Value: 3},
+			ItemTokens: Dist{Kind: "const", Value: 20}, RepeatQueryShare: 1, PopularQueries: 5,
+			RepeatItemsShare: share, CatalogItems: 16, TraceSize: 200}
+		tr, err := New(s, s.Seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for i := range 200 {
+			r := tr.At(i)
+			for _, it := range r.Items {
+				k := r.Query + "\x00" + it
+				if seen[k] {
+					repeats++
+				}
+				seen[k] = true
+				total++
+			}
+		}
+		return repeats, total
+	}
+	if rep, total := pairs(0); rep > total/100 {
+		t.Errorf("repeat_items_share 0: %d of %d pairs repeated", rep, total)
+	}
+	if rep, total := pairs(0.7); rep < total/2 {
+		t.Errorf("repeat_items_share 0.7, catalogues of 16: only %d of %d pairs repeated", rep, total)
+	}
+}
