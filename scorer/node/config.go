@@ -82,6 +82,12 @@ type Config struct {
 	// FaultInjection enables GET/POST /debug/fault on the HTTP port (slow, stalled or failing
 	// node on demand, for fault tests; see Fault). false: no route, no hook.
 	FaultInjection bool `yaml:"fault_injection"`
+	// MemoryLimit is the Go runtime's soft memory limit (debug.SetMemoryLimit) in bytes; 0 means
+	// derived from prefix_cache_bytes and max_batch_tokens (see DeriveMemoryLimit); -1 means none.
+	// A GOMEMLIMIT environment variable wins over both and is left alone.
+	MemoryLimit int64 `yaml:"memory_limit"`
+	// PProf serves net/http/pprof under /debug/pprof/ on the HTTP port; false: no route.
+	PProf bool `yaml:"pprof"`
 }
 
 // Default returns the defaults every field starts from.
@@ -166,6 +172,7 @@ func (c *Config) Validate() error {
 		{"drain_timeout", int64(c.DrainTimeout), 0},
 		{"max_request_bytes", int64(c.MaxRequestBytes), 0},
 		{"calibration_budget", int64(c.CalibrationBudget), 0},
+		{"memory_limit", c.MemoryLimit, -1},
 	} {
 		if f.v < f.min {
 			return fmt.Errorf("scorer.%s: must be ≥ %d, got %d", f.name, f.min, f.v)

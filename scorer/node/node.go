@@ -86,6 +86,7 @@ type Node struct {
 	reg   *prometheus.Registry
 	m     *metrics
 	sched *scheduler
+	mem   *memorySampler
 
 	grpcSrv   *grpc.Server
 	health    *health.Server
@@ -145,6 +146,11 @@ func New(cfg Config, load LoadFunc, opt Options) (*Node, error) {
 	}
 	n.m = m
 	n.sched.m = m
+	limit, source := applyMemoryLimit(cfg)
+	n.mem = &memorySampler{limit: limit, limitSource: source, prefixCache: n.prefixCacheBytes}
+	if err := registerMemoryMetrics(n.reg, n.mem); err != nil {
+		return nil, err
+	}
 	n.sched.log = n.log
 	n.sched.onBroken = n.engineBroken
 	for _, svc := range []string{"", scorerService} {
@@ -171,6 +177,9 @@ func New(cfg Config, load LoadFunc, opt Options) (*Node, error) {
 	mux.HandleFunc("GET /readyz", n.handleReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
 	mux.HandleFunc("GET /v1/status", n.handleStatus)
+	if cfg.PProf {
+		registerPProf(mux)
+	}
 	if cfg.FaultInjection {
 		n.sched.fault = newFaults(n.log)
 		n.sched.fault.register(mux)
@@ -464,6 +473,7 @@ type Status struct {
 	TokensPerSecond    float64            `json:"tokens_per_second"`
 	UptimeSeconds      float64            `json:"uptime_seconds"`
 	PrefixCache        *prefixcache.Stats `json:"prefix_cache,omitempty"`
+	Memory             Memory             `json:"memory"`
 	// CostModel is the node's learned speed, which prices the costs above (nil until loaded).
 	CostModel *CostModelStatus `json:"cost_model,omitempty"`
 }
@@ -507,6 +517,7 @@ func (n *Node) Status() Status {
 	if c := n.sched.costModel(); c != nil {
 		s.CostModel = c.snapshot().status()
 	}
+	s.Memory = n.mem.sample()
 	if s.Emulated {
 		s.Engine = "EMULATED"
 	}
