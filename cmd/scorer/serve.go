@@ -89,6 +89,8 @@ func serveConfig(args []string) (node.Config, error) {
 	bf16Matmul := fs.String("bf16-matmul", "", "how bf16 weights are multiplied: auto (AMX at f32 accuracy where available), widen or bf16 (bf16 dot products)")
 	prefixCache := fs.Int64("prefix-cache-bytes", 0, "cross-request prefix cache budget in bytes (0 disables)")
 	calBudget := fs.Duration("calibration-budget", 0, "time for timing passes of the model at start-up, when no cost is configured (default 3s; 0 disables)")
+	memoryLimit := fs.Int64("memory-limit", 0, "Go soft memory limit in bytes (0: derived from the prefix cache budget and max batch tokens; -1: none; GOMEMLIMIT wins)")
+	pprofOn := fs.Bool("pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP port")
 	faultInjection := fs.Bool("fault-injection", false, "enable GET/POST /debug/fault on the HTTP port (slowdown, stall, fail_next: for fault tests only)")
 	if err := fs.Parse(args); err != nil {
 		return node.Config{}, err
@@ -127,6 +129,10 @@ func serveConfig(args []string) (node.Config, error) {
 			cfg.PrefixCacheBytes = *prefixCache
 		case "calibration-budget":
 			cfg.CalibrationBudget = *calBudget
+		case "memory-limit":
+			cfg.MemoryLimit = *memoryLimit
+		case "pprof":
+			cfg.PProf = *pprofOn
 		case "fault-injection":
 			cfg.FaultInjection = *faultInjection
 		}
