@@ -47,6 +47,11 @@ proto-check: proto
 run: build
 	./$(BIN)/bench cluster --config configs/local.yaml
 
+# The fault suite on a local emulated cluster (bench/faults); results in bench/results/faults/.
+.PHONY: faults
+faults: build
+	./$(BIN)/bench faults
+
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./kernels/... ./tokenizer/... ./proxy/... ./scorer/... ./bench/... | tee bench.txt
 

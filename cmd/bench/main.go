@@ -14,5 +14,6 @@ func main() {
 		{Name: "calibrate", Summary: "measure a real scorer node and write a cost profile for emulation", Run: runCalibrate},
 		{Name: "cluster", Summary: "start a local proxy and scorer nodes (what make run does)", Run: runCluster},
 		{Name: "kernels", Summary: "benchmark GEMM and MoE kernel variants and policies", Run: runKernels},
+		{Name: "faults", Summary: "fault suite: node loss, slow nodes, overload, SIGTERM, malformed input, memory (PASS/FAIL each)", Run: runFaults},
 	}))
 }

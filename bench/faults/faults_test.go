@@ -1,0 +1,111 @@
+package faults
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/relevance-scoring/relevance/bench/cluster"
+	"github.com/relevance-scoring/relevance/bench/workload"
+)
+
+// buildBinaries builds the real scorer and proxy into a temporary bin folder.
+func buildBinaries(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build the scorer and proxy with")
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goBin, "build", "-o", dir+string(filepath.Separator),
+		"github.com/relevance-scoring/relevance/cmd/scorer", "github.com/relevance-scoring/relevance/cmd/proxy")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build scorer and proxy: %v\n%s", err, out)
+	}
+	return dir
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// TestEndToEnd runs two scenarios, quick, on two real emulated nodes and a real proxy: a node
+// SIGKILLed under load (restarted by the supervisor, watched back into traffic) and the malformed
+// inputs (which must leave every process alive).
+func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster and sends load for ~15 s")
+	}
+	bin := buildBinaries(t)
+	spec, err := workload.Load("../../configs/workloads/compare.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg cluster.Config
+	cfg.BinDir, cfg.LogDir = bin, t.TempDir()
+	cfg.ReadyTimeout = time.Minute
+	cfg.Nodes.Count, cfg.Nodes.Engine, cfg.Nodes.CostProfile = 2, "emulated", "../results/profile-small-auto.json"
+	var lines []string
+	var pids []int
+	o := Options{Cluster: cfg, Workload: spec, Quick: true, Capacity: 3, Scenarios: []string{"sigkill", "malformed"},
+		OnResult: func(r Result) { lines = append(lines, r.Line()) }}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	rep, err := runWith(ctx, o, func(e *env) {
+		for _, n := range e.c.Nodes() {
+			pids = append(pids, n.Pid())
+		}
+		pids = append(pids, e.proxyProc().Pid())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s in %v:\n%s", rep.Summary(), time.Since(start).Round(time.Second), strings.Join(lines, "\n"))
+	if len(rep.Results) != 2 || rep.Results[0].Name != "sigkill" || rep.Results[1].Name != "malformed" {
+		t.Fatalf("results %+v, want sigkill and malformed", rep.Results)
+	}
+	kill, bad := rep.Results[0], rep.Results[1]
+	if kill.Err != "" || bad.Err != "" {
+		t.Errorf("suite errors: %q, %q", kill.Err, bad.Err)
+	}
+	// The killed node came back: restarted, ready, and in traffic again. (Whether the cluster
+	// met the goals on this shared machine is the verdict's business, not this test's.)
+	for _, f := range []string{"kill_to_ready_s", "back_in_traffic_s"} {
+		if _, ok := kill.figure(f); !ok {
+			t.Errorf("sigkill: %s not measured; figures %+v", f, kill.Figures)
+		}
+	}
+	if !kill.HasLoad || kill.Requests == 0 {
+		t.Errorf("sigkill measured no requests: %+v", kill.Summary)
+	}
+	if v, ok := bad.figure("crashed"); !ok || v != 0 {
+		t.Errorf("malformed: crashed = %v (measured %v), want 0; details %q", v, ok, bad.Details)
+	}
+	if v, _ := bad.figure("cases"); v < 200 {
+		t.Errorf("malformed: %v cases, want ≥ 200", v)
+	}
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], string(kill.Verdict)+" sigkill: ") {
+		t.Errorf("lines %q", lines)
+	}
+	out := t.TempDir()
+	if err := rep.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"results.json", "results.md"} {
+		if b, err := os.ReadFile(filepath.Join(out, f)); err != nil || !strings.Contains(string(b), "sigkill") {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	// Every child is gone once Run returns.
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("pid %d still alive after Run", pid)
+		}
+	}
+}

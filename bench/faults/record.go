@@ -1,0 +1,161 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/relevance-scoring/relevance/bench/load"
+)
+
+// call is one request as the client saw it. Its latency is from the actual send, not from the
+// open-loop schedule's intended time: on this shared machine the load generator itself is
+// sometimes late, and a scenario judges the cluster, not the client's scheduling.
+type call struct {
+	start, end time.Time
+	kind       string // "" when answered successfully
+	msg        string // the error, for failures
+	p          load.Prepared
+	t          load.Target // the unwrapped target, to send p again
+}
+
+func (c call) latency() time.Duration { return c.end.Sub(c.start) }
+
+// recorder keeps every call made through the targets it wraps. Safe for concurrent use.
+type recorder struct {
+	inflight atomic.Int64 // calls sent and not yet answered
+	mu       sync.Mutex
+	calls    []call
+	targets  []load.Target
+}
+
+// recTarget is a load.Target that records into a recorder.
+type recTarget struct {
+	load.Target
+	r *recorder
+}
+
+// target opens a load target for raw (http://… or grpc://…) that records its calls.
+func (r *recorder) target(raw string) (load.Target, error) {
+	t, err := load.NewTarget(raw, 256)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.targets = append(r.targets, t)
+	r.mu.Unlock()
+	return &recTarget{Target: t, r: r}, nil
+}
+
+func (t *recTarget) Do(ctx context.Context, p load.Prepared) error {
+	t.r.inflight.Add(1)
+	start := time.Now()
+	err := t.Target.Do(ctx, p)
+	t.r.inflight.Add(-1)
+	c := call{start: start, end: time.Now(), p: p, t: t.Target}
+	if err != nil {
+		c.kind, c.msg = load.KindOf(err), err.Error()
+	}
+	t.r.mu.Lock()
+	t.r.calls = append(t.r.calls, c)
+	t.r.mu.Unlock()
+	return err
+}
+
+// Close does nothing: the recorder closes its targets (close), after any re-sends.
+func (t *recTarget) Close() error { return nil }
+
+// snapshot returns the calls so far, by start time.
+func (r *recorder) snapshot() []call {
+	r.mu.Lock()
+	out := slices.Clone(r.calls)
+	r.mu.Unlock()
+	slices.SortFunc(out, func(a, b call) int { return a.start.Compare(b.start) })
+	return out
+}
+
+// close releases every target's connections.
+func (r *recorder) close() {
+	r.mu.Lock()
+	ts := r.targets
+	r.targets = nil
+	r.mu.Unlock()
+	for _, t := range ts {
+		_ = t.Close()
+	}
+}
+
+// between returns the calls that started in [from, to).
+func between(calls []call, from, to time.Time) []call {
+	var out []call
+	for _, c := range calls {
+		if !c.start.Before(from) && c.start.Before(to) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// rejectedKinds are admission's refusals: the overload scenario reports them but does not count
+// them as failures.
+var rejectedKinds = map[string]bool{"http_429": true, "grpc_resource_exhausted": true}
+
+// summarize tallies calls; kinds in exclude are left out of Failed (and of Requests' denominator
+// of Goodput they stay in).
+func summarize(calls []call, slo time.Duration, exclude map[string]bool) Summary {
+	s := Summary{FailedBy: map[string]int64{}}
+	var lat []float64
+	good := int64(0)
+	for _, c := range calls {
+		s.Requests++
+		if c.kind != "" {
+			if !exclude[c.kind] {
+				s.Failed++
+				s.FailedBy[c.kind]++
+			}
+			continue
+		}
+		s.OK++
+		lat = append(lat, ms(c.latency()))
+		if c.latency() <= slo {
+			good++
+		}
+	}
+	if len(s.FailedBy) == 0 {
+		s.FailedBy = nil
+	}
+	if s.Requests > 0 {
+		s.Goodput = float64(good) / float64(s.Requests)
+	}
+	s.P50ms, s.P99ms = quantile(lat, 0.50), quantile(lat, 0.99)
+	return s
+}
+
+// quantile is the nearest-rank q-quantile of xs (0 when empty); xs is sorted in place.
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	i := int(math.Ceil(q*float64(len(xs)))) - 1
+	return xs[max(0, min(i, len(xs)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// kindSamples gives one error message per failure kind, for the report.
+func kindSamples(calls []call) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, c := range calls {
+		if c.kind != "" && !seen[c.kind] {
+			seen[c.kind] = true
+			out = append(out, fmt.Sprintf("%s e.g. %q", c.kind, truncate(c.msg, 200)))
+		}
+	}
+	return out
+}
