@@ -130,3 +130,7 @@ func RoundBF16(f float32) uint16 {
 	b += 0x7fff + (b>>16)&1
 	return uint16(b >> 16)
 }
+
+// PacksWeights reports whether the kernels multiply from packed copies of the weights (the
+// assembly kernels): a weight's source is then read only at construction and by Row.
+func PacksWeights() bool { return packWeights }

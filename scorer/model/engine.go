@@ -188,6 +188,15 @@ func Load(dir string, opt Options) (*Engine, error) {
 		return nil, fmt.Errorf("load model: %w", err)
 	}
 	e.info.Fingerprint = fp
+	if kernels.PacksWeights() {
+		// Loading read every page of the checkpoint into the packed copies the kernels use; the
+		// mapped pages need not stay resident beside them (the weights held twice). Embedding rows
+		// are faulted back in as tokens need them.
+		if err := ck.Evict(); err != nil {
+			ck.Close()
+			return nil, fmt.Errorf("load model: %w", err)
+		}
+	}
 	if opt.PrefixCacheBytes > 0 {
 		c, err := prefixcache.New(prefixcache.Options{BudgetBytes: opt.PrefixCacheBytes, Registerer: opt.Registerer})
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -299,4 +300,19 @@ func (c *Checkpoint) Fingerprint() [32]byte {
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))
 	return sum
+}
+
+// Evict drops the checkpoint's mapped pages from this process's resident memory (madvise
+// MADV_DONTNEED on the read-only shared file mappings). Nothing is lost: a page read again is
+// faulted back in from the page cache or the file. Call it once the weights that the forward pass
+// reads have been copied out (packed): loading touched every page of the file, and without this
+// they stay counted in the process's RSS beside the packed copies — the weights held twice.
+func (c *Checkpoint) Evict() error {
+	var errs []error
+	for _, f := range c.files {
+		if err := syscall.Madvise(f.data, syscall.MADV_DONTNEED); err != nil {
+			errs = append(errs, fmt.Errorf("evict %s: %w", f.path, err))
+		}
+	}
+	return errors.Join(errs...)
 }
