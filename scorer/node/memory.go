@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
 	"runtime/debug"
 	runtimemetrics "runtime/metrics"
 	"strconv"
@@ -58,20 +59,31 @@ const (
 
 // DeriveMemoryLimit is the Go memory limit a node sets when memory_limit is 0:
 //
-//	limit = 1.25 × (prefix_cache_bytes + max_batch_tokens × 64 KiB) + 256 MiB
+//	limit = model + 1.25 × (prefix_cache_bytes + max_batch_tokens × 64 KiB) + 256 MiB
 //
-// The memory-mapped weights are not part of it: file-backed pages are not Go memory, and the
-// runtime's limit counts only what the runtime maps (an F16 checkpoint's widened f32 copies are the
-// exception: add their size through memory_limit). The 25 % is garbage-collection headroom; with
-// the limit the collector runs earlier instead of letting the heap grow to twice its live size.
-func DeriveMemoryLimit(c Config) int64 {
+// where model is the Go heap the loaded model holds (live heap measured right after the load:
+// the kernels' packed copies of the weights, widened vectors; 0 before the load). The
+// memory-mapped checkpoint itself is not Go memory and is not counted. The 25 % is
+// garbage-collection headroom; with the limit the collector runs earlier instead of letting the
+// heap grow to twice its live size.
+func DeriveMemoryLimit(c Config, model int64) int64 {
 	working := int64(c.MaxBatchTokens) * workingBytesPerToken
-	return (c.PrefixCacheBytes+working)*5/4 + memoryLimitBase
+	return max(model, 0) + (c.PrefixCacheBytes+working)*5/4 + memoryLimitBase
+}
+
+// liveHeap is the Go heap in live objects after a full collection (called once, after the
+// model is loaded).
+func liveHeap() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
 }
 
 // applyMemoryLimit sets the Go memory limit from the config unless the environment sets
-// GOMEMLIMIT, and returns the limit in force and its source.
-func applyMemoryLimit(c Config) (int64, string) {
+// GOMEMLIMIT, and returns the limit in force and its source; model is the loaded model's heap
+// (see DeriveMemoryLimit).
+func applyMemoryLimit(c Config, model int64) (int64, string) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return debug.SetMemoryLimit(-1), "GOMEMLIMIT"
 	}
@@ -82,7 +94,7 @@ func applyMemoryLimit(c Config) (int64, string) {
 		debug.SetMemoryLimit(c.MemoryLimit)
 		return c.MemoryLimit, "config"
 	}
-	l := DeriveMemoryLimit(c)
+	l := DeriveMemoryLimit(c, model)
 	debug.SetMemoryLimit(l)
 	return l, "derived"
 }
@@ -231,4 +243,19 @@ func registerPProf(mux *http.ServeMux) {
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+}
+
+// setLimit records the limit in force after it was re-derived.
+func (s *memorySampler) setLimit(limit int64, source string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limit, s.limitSource = limit, source
+	s.at = time.Time{} // the next read samples again
+}
+
+// limits is the limit in force and its source.
+func (s *memorySampler) limits() (int64, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limit, s.limitSource
 }

@@ -25,8 +25,11 @@ func TestMemoryLimitRule(t *testing.T) {
 	restoreMemoryLimit(t)
 	cfg := testConfig()
 	want := int64((256<<20+8192*64<<10)*5/4 + 256<<20) // the documented rule at the defaults
-	if got := DeriveMemoryLimit(cfg); got != want {
+	if got := DeriveMemoryLimit(cfg, 0); got != want {
 		t.Errorf("DeriveMemoryLimit(defaults) = %d, want %d", got, want)
+	}
+	if got := DeriveMemoryLimit(cfg, 200<<20); got != want+200<<20 {
+		t.Errorf("DeriveMemoryLimit(defaults, 200 MiB model) = %d, want %d", got, want+200<<20)
 	}
 	for _, tc := range []struct {
 		name       string
@@ -49,7 +52,7 @@ func TestMemoryLimitRule(t *testing.T) {
 			}
 			c := cfg
 			c.MemoryLimit = tc.limit
-			l, src := applyMemoryLimit(c)
+			l, src := applyMemoryLimit(c, 0)
 			if l != tc.wantLimit || src != tc.wantSource {
 				t.Errorf("applyMemoryLimit = %d, %q; want %d, %q", l, src, tc.wantLimit, tc.wantSource)
 			}
@@ -104,8 +107,9 @@ func TestMemoryReported(t *testing.T) {
 	if m.WeightsMapped < st.Size() || m.WeightsMapped > st.Size()+1<<20 {
 		t.Errorf("weights mapped %d, want the file's %d bytes (page-rounded)", m.WeightsMapped, st.Size())
 	}
-	if m.WeightsResident <= 0 || m.WeightsResident > m.WeightsMapped {
-		t.Errorf("weights resident %d, want in (0, %d]", m.WeightsResident, m.WeightsMapped)
+	// The mapped pages are evicted once the kernels hold packed weights: few stay resident.
+	if m.WeightsResident < 0 || m.WeightsResident > m.WeightsMapped {
+		t.Errorf("weights resident %d, want in [0, %d]", m.WeightsResident, m.WeightsMapped)
 	}
 	if s.PrefixCache == nil || m.PrefixCache != s.PrefixCache.Bytes || m.PrefixCache <= 0 {
 		t.Errorf("memory prefix cache %d, cache stats %+v", m.PrefixCache, s.PrefixCache)
@@ -119,8 +123,9 @@ func TestMemoryReported(t *testing.T) {
 	if m.RSS < m.WeightsResident || m.RSS <= 0 {
 		t.Errorf("RSS %d below the resident weights %d", m.RSS, m.WeightsResident)
 	}
-	if m.LimitSource != "derived" || m.Limit != DeriveMemoryLimit(cfg) {
-		t.Errorf("limit %d from %q, want the derived %d", m.Limit, m.LimitSource, DeriveMemoryLimit(cfg))
+	// Re-derived after the load with the model's heap on top.
+	if m.LimitSource != "derived" || m.Limit <= DeriveMemoryLimit(cfg, 0) {
+		t.Errorf("limit %d from %q, want the derived rule plus the loaded model's heap (> %d)", m.Limit, m.LimitSource, DeriveMemoryLimit(cfg, 0))
 	}
 	if got := testutil.CollectAndCount(h.reg, "relevance_scorer_memory_bytes"); got != 8 {
 		t.Errorf("relevance_scorer_memory_bytes has %d series, want 8 parts", got)

@@ -146,7 +146,7 @@ func New(cfg Config, load LoadFunc, opt Options) (*Node, error) {
 	}
 	n.m = m
 	n.sched.m = m
-	limit, source := applyMemoryLimit(cfg)
+	limit, source := applyMemoryLimit(cfg, 0) // re-derived with the model's heap once it is loaded
 	n.mem = &memorySampler{limit: limit, limitSource: source, prefixCache: n.prefixCacheBytes}
 	if err := registerMemoryMetrics(n.reg, n.mem); err != nil {
 		return nil, err
@@ -258,6 +258,10 @@ func (n *Node) runLoad(ctx context.Context) {
 		return
 	}
 	n.engine.Store(&eng)
+	if _, src := n.mem.limits(); src == "derived" {
+		l, src := applyMemoryLimit(n.cfg, liveHeap())
+		n.mem.setLimit(l, src)
+	}
 	n.sched.start(eng, cost)
 	in := eng.Info()
 	n.m.setInfo(n.nodeID, in)
