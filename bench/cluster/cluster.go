@@ -2,6 +2,12 @@
 // emulated from a cost profile) and a proxy in front of them, as child processes of one
 // supervisor. It is what `make run` (bench cluster) and `bench compare` use.
 //
+// The nodes can instead be fakes of another rerank server (nodes.kind: vllm, sglang, llamacpp,
+// tei or infinity): N `bench fakerank` children, each speaking that server's HTTP API with the
+// latency the cost profile predicts, behind a queue of nodes.concurrency slots. The proxy then
+// gets a generated config (the proxy config file with proxy.nodes.backends listing the fakes,
+// written to the log dir) instead of --nodes. Such a cluster is emulated.
+//
 // Children run in their own process groups and die with the supervisor (Pdeathsig on Linux). A
 // child that exits during start-up is reported with its last log lines and the start fails. Once
 // running, Supervise keeps the cluster up: a scorer node that dies is reported and restarted with
@@ -28,12 +34,14 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/relevance-scoring/relevance/internal/fakerank"
 	"github.com/relevance-scoring/relevance/proxy"
+	"github.com/relevance-scoring/relevance/proxy/backend"
 )
 
 // Config is a local cluster (configs/local.yaml).
 type Config struct {
-	// BinDir holds scorer and proxy; "" means bin.
+	// BinDir holds scorer and proxy (and bench, for fake nodes); "" means bin.
 	BinDir string `yaml:"bin_dir"`
 	// LogDir receives one log file per child; "" means .cache/cluster.
 	LogDir string `yaml:"log_dir"`
@@ -58,6 +66,14 @@ type Model struct {
 
 // Nodes are the scorer nodes.
 type Nodes struct {
+	// Kind is scorer (our scorer node, default) or a rerank server that `bench fakerank` fakes:
+	// vllm, sglang, llamacpp, tei or infinity (its HTTP API, our engine's speed from CostProfile,
+	// which is then required). Engine, Threads, MaxTokens, MoEPolicy, GRPCBasePort and Args are
+	// the scorer's and do not apply to fakes; a fake listens on HTTPBasePort+i (0: a free port).
+	Kind string `yaml:"kind"`
+	// Concurrency is how many calls a fake node processes at a time (the rest queue); 0 means
+	// 1, as our emulated node runs one pass at a time. Fakes only.
+	Concurrency int `yaml:"concurrency"`
 	// Count of nodes; 0 means 2.
 	Count int `yaml:"count"`
 	// Threads per node (compute threads); 0 leaves the scorer's default.
@@ -149,6 +165,9 @@ func (c *Config) Defaults() {
 	if c.Nodes.Engine == "" {
 		c.Nodes.Engine = "real"
 	}
+	if c.Nodes.Kind == "" {
+		c.Nodes.Kind = KindScorer
+	}
 	if c.Proxy.HTTPAddr == "" {
 		c.Proxy.HTTPAddr = "127.0.0.1:8080"
 	}
@@ -172,6 +191,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("nodes.engine: must be real or emulated, got %q", c.Nodes.Engine)
 	case c.Nodes.Engine == "emulated" && c.Nodes.CostProfile == "":
 		return errors.New("nodes.cost_profile: required when nodes.engine is emulated")
+	case c.Nodes.Kind != KindScorer && fakerank.HealthPath(c.Nodes.Kind) == "":
+		return fmt.Errorf("nodes.kind: must be %s or one of %s, got %q", KindScorer, strings.Join(fakerank.Kinds(), ", "), c.Nodes.Kind)
+	case c.Nodes.Fake() && c.Nodes.CostProfile == "":
+		return fmt.Errorf("nodes.cost_profile: required when nodes.kind is %s (the fakes' latency)", c.Nodes.Kind)
+	case c.Nodes.Concurrency < 0:
+		return fmt.Errorf("nodes.concurrency: must be ≥ 0, got %d", c.Nodes.Concurrency)
 	case c.Proxy.Split != "" && !slices.Contains(proxy.SplitStrategies(), c.Proxy.Split):
 		return fmt.Errorf("proxy.split: must be one of %s, got %q", strings.Join(proxy.SplitStrategies(), ", "), c.Proxy.Split)
 	case c.Proxy.Route != "" && !slices.Contains(proxy.RouteStrategies(), c.Proxy.Route):
@@ -197,14 +222,24 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Emulated reports whether the nodes are emulated (everything printed must say so).
-func (c *Config) Emulated() bool { return c.Nodes.Engine == "emulated" }
+// Emulated reports whether the nodes are emulated (everything printed must say so): emulated
+// scorer nodes, or fakes of another server.
+func (c *Config) Emulated() bool { return c.Nodes.Engine == "emulated" || c.Nodes.Fake() }
 
-// Node is one started scorer node.
+// KindScorer is our scorer node's kind (Nodes.Kind).
+const KindScorer = "scorer"
+
+// Fake reports whether the nodes are `bench fakerank` fakes of another server.
+func (n *Nodes) Fake() bool { return n.Kind != "" && n.Kind != KindScorer }
+
+// Node is one started node: a scorer node, or a fake server (Kind ≠ scorer, GRPCAddr "").
 type Node struct {
 	*Proc
 	GRPCAddr, HTTPAddr string
-	// args are the scorer's arguments, for a restart.
+	// Kind is the node's kind (Nodes.Kind).
+	Kind string
+	// bin and args are the child's binary and arguments, for a restart.
+	bin  string
 	args []string
 	// Restarts counts how many times Supervise restarted it.
 	Restarts int
@@ -331,9 +366,13 @@ func portAddr(host string, base, i int) (string, error) {
 	return addr, nil
 }
 
-// StartNodes starts the scorer nodes and waits until each answers /readyz.
+// StartNodes starts the nodes and waits until each answers /readyz (a fake: its health
+// endpoint).
 func (c *Cluster) StartNodes(ctx context.Context) error {
 	n := c.cfg.Nodes
+	if n.Fake() {
+		return c.startFakes(ctx)
+	}
 	for i := range n.Count {
 		g, err := portAddr(n.Host, n.GRPCBasePort, i)
 		if err != nil {
@@ -365,13 +404,48 @@ func (c *Cluster) StartNodes(ctx context.Context) error {
 			return err
 		}
 		c.mu.Lock()
-		c.nodes = append(c.nodes, Node{Proc: p, GRPCAddr: g, HTTPAddr: h, args: args})
+		c.nodes = append(c.nodes, Node{Proc: p, GRPCAddr: g, HTTPAddr: h, Kind: KindScorer, bin: c.bin("scorer"), args: args})
 		c.mu.Unlock()
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadyTimeout)
 	defer cancel()
 	for _, nd := range c.Nodes() {
 		if err := WaitReady(rctx, nd.Proc, "http://"+nd.HTTPAddr+"/readyz"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startFakes starts Count `bench fakerank` children of the configured kind and waits for
+// their health endpoints.
+func (c *Cluster) startFakes(ctx context.Context) error {
+	n := c.cfg.Nodes
+	conc := n.Concurrency
+	if conc == 0 {
+		conc = 1
+	}
+	for i := range n.Count {
+		h, err := portAddr(n.Host, n.HTTPBasePort, i)
+		if err != nil {
+			return err
+		}
+		id := fmt.Sprintf("node-%d", i)
+		// Each fake its own noise seed, as emulated scorer nodes differ.
+		args := []string{"fakerank", "--kind", n.Kind, "--addr", h, "--cost-profile", n.CostProfile,
+			"--concurrency", strconv.Itoa(conc), "--seed", strconv.Itoa(i + 1)}
+		p, err := StartProc(id, c.bin("bench"), args, filepath.Join(c.cfg.LogDir, id+".log"))
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.nodes = append(c.nodes, Node{Proc: p, HTTPAddr: h, Kind: n.Kind, bin: c.bin("bench"), args: args})
+		c.mu.Unlock()
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadyTimeout)
+	defer cancel()
+	for _, nd := range c.Nodes() {
+		if err := WaitReady(rctx, nd.Proc, "http://"+nd.HTTPAddr+fakerank.HealthPath(nd.Kind)); err != nil {
 			return err
 		}
 	}
@@ -385,18 +459,95 @@ func (c *Cluster) Nodes() []Node {
 	return append([]Node(nil), c.nodes...)
 }
 
-// NodeAddrs returns the nodes' gRPC addresses.
+// NodeAddrs returns the scorer nodes' gRPC addresses (none for fake nodes: see Backends).
 func (c *Cluster) NodeAddrs() []string {
 	var a []string
 	for _, n := range c.Nodes() {
-		a = append(a, n.GRPCAddr)
+		if n.Kind == KindScorer || n.Kind == "" {
+			a = append(a, n.GRPCAddr)
+		}
 	}
 	return a
 }
 
-// ProxyArgs are the proxy's flags for config p in front of nodes.
+// Backends returns the fake nodes as the proxy's proxy.nodes.backends entries (none for scorer
+// nodes).
+func (c *Cluster) Backends() []backend.Spec {
+	var specs []backend.Spec
+	for _, n := range c.Nodes() {
+		if n.Kind != KindScorer && n.Kind != "" {
+			specs = append(specs, backend.Spec{Kind: n.Kind, Addr: n.HTTPAddr})
+		}
+	}
+	return specs
+}
+
+// WriteProxyConfig writes to path the proxy config file base ("": the proxy's defaults) with
+// proxy.nodes.backends set to specs (and proxy.nodes.static and dns removed), so the proxy
+// reaches exactly these nodes. Only kind and addr of each spec are written.
+func WriteProxyConfig(path, base string, specs []backend.Spec) error {
+	doc := map[string]any{}
+	if base != "" {
+		b, err := os.ReadFile(base)
+		if err != nil {
+			return fmt.Errorf("proxy config: %w", err)
+		}
+		if err := yaml.Unmarshal(b, &doc); err != nil {
+			return fmt.Errorf("proxy config %s: %w", base, err)
+		}
+		if doc == nil {
+			doc = map[string]any{}
+		}
+	}
+	sub := func(m map[string]any, key string) (map[string]any, error) {
+		switch v := m[key].(type) {
+		case nil:
+			n := map[string]any{}
+			m[key] = n
+			return n, nil
+		case map[string]any:
+			return v, nil
+		default:
+			return nil, fmt.Errorf("proxy config %s: %s is not a mapping", base, key)
+		}
+	}
+	px, err := sub(doc, "proxy")
+	if err != nil {
+		return err
+	}
+	nodes, err := sub(px, "nodes")
+	if err != nil {
+		return err
+	}
+	delete(nodes, "static")
+	delete(nodes, "dns")
+	list := make([]any, len(specs))
+	for i, s := range specs {
+		list[i] = map[string]any{"kind": s.Kind, "addr": s.Addr}
+	}
+	nodes["backends"] = list
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		return fmt.Errorf("proxy config: %w", err)
+	}
+	from := base
+	if from == "" {
+		from = "the proxy's defaults"
+	}
+	head := fmt.Sprintf("# Written by bench cluster: %s, with proxy.nodes.backends = the cluster's %d fake nodes (EMULATED).\n", from, len(specs))
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("proxy config: %w", err)
+	}
+	return os.WriteFile(path, append([]byte(head), out...), 0o644)
+}
+
+// ProxyArgs are the proxy's flags for config p in front of nodes (scorer gRPC addresses; none:
+// no --nodes, the nodes come from p.Config).
 func ProxyArgs(p Proxy, nodes []string) []string {
-	args := []string{"serve", "--http-addr", p.HTTPAddr, "--grpc-addr", p.GRPCAddr, "--nodes", strings.Join(nodes, ",")}
+	args := []string{"serve", "--http-addr", p.HTTPAddr, "--grpc-addr", p.GRPCAddr}
+	if len(nodes) > 0 {
+		args = append(args, "--nodes", strings.Join(nodes, ","))
+	}
 	if p.Config != "" {
 		args = append(args, "--config", p.Config)
 	}
@@ -419,7 +570,9 @@ func ProxyArgs(p Proxy, nodes []string) []string {
 }
 
 // StartProxy starts a proxy with config p in front of the running nodes (replacing a running
-// proxy: compare restarts it per configuration) and waits for its /readyz.
+// proxy: compare restarts it per configuration) and waits for its /readyz. In front of fake
+// nodes it gets --config <log dir>/<logName>.yaml: p.Config with the fakes as
+// proxy.nodes.backends (WriteProxyConfig).
 func (c *Cluster) StartProxy(ctx context.Context, p Proxy, logName string) error {
 	c.StopProxy()
 	if _, err := portAddr(hostOf(p.HTTPAddr), portOf(p.HTTPAddr), 0); err != nil {
@@ -427,6 +580,13 @@ func (c *Cluster) StartProxy(ctx context.Context, p Proxy, logName string) error
 	}
 	if _, err := portAddr(hostOf(p.GRPCAddr), portOf(p.GRPCAddr), 0); err != nil {
 		return fmt.Errorf("proxy grpc_addr: %w", err)
+	}
+	if specs := c.Backends(); len(specs) > 0 {
+		path := filepath.Join(c.cfg.LogDir, logName+".yaml")
+		if err := WriteProxyConfig(path, p.Config, specs); err != nil {
+			return err
+		}
+		p.Config = path
 	}
 	proc, err := StartProc("proxy", c.bin("proxy"), ProxyArgs(p, c.NodeAddrs()), filepath.Join(c.cfg.LogDir, logName+".log"))
 	if err != nil {
@@ -573,7 +733,7 @@ func (c *Cluster) keepNode(ctx context.Context, i int) {
 			c.mu.Unlock()
 			return
 		}
-		p, err := StartProc(nd.Name, c.bin("scorer"), nd.args, logPath)
+		p, err := StartProc(nd.Name, nd.bin, nd.args, logPath)
 		if err != nil {
 			c.mu.Unlock()
 			fmt.Fprintf(c.log, "cluster: restart %s: %v\n", nd.Name, err)

@@ -5,8 +5,13 @@
 //
 // Every configuration sees the same requests at the same intended times (same trace seed, same
 // arrival seed per load level); the proxy is restarted per configuration so no learned state
-// carries over. Nodes are normally emulated (scorer serve --engine emulated) and everything this
-// package prints or writes then says EMULATED.
+// carries over. Nodes are normally emulated (scorer serve --engine emulated), or fakes of another
+// rerank server timed by the same cost profile (cluster nodes.kind: vllm, …), and everything
+// this package prints or writes then says EMULATED.
+//
+// Besides fixed and cost, the split "whole" is the baseline of a team without our proxy: each
+// request sent whole to one server (whole+round_robin: servers in turn). It runs as the fixed
+// splitter with max_batch_items at least the trace's largest request (WholeBatchItems).
 //
 // Run is not safe for concurrent use with another Run on the same ports.
 package compare
@@ -19,6 +24,7 @@ import (
 	"math"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +53,9 @@ func (c Config) Name() string {
 	return n
 }
 
+// SplitWhole is the split of no split: one batch per request.
+const SplitWhole = "whole"
+
 // ParseConfig reads a Name back.
 func ParseConfig(s string) (Config, error) {
 	parts := strings.Split(s, "+")
@@ -54,8 +63,8 @@ func ParseConfig(s string) (Config, error) {
 		return Config{}, fmt.Errorf("config %q: want split+route[+hedge], e.g. cost+least_loaded+hedge", s)
 	}
 	c := Config{Split: parts[0], Route: parts[1], Hedge: len(parts) == 3}
-	if c.Split != "fixed" && c.Split != "cost" {
-		return Config{}, fmt.Errorf("config %q: split must be fixed or cost", s)
+	if c.Split != "fixed" && c.Split != "cost" && c.Split != SplitWhole {
+		return Config{}, fmt.Errorf("config %q: split must be fixed, cost or whole", s)
 	}
 	switch c.Route {
 	case "random", "round_robin", "least_loaded":
@@ -65,13 +74,39 @@ func ParseConfig(s string) (Config, error) {
 	return c, nil
 }
 
-// Baseline and Best are the two configurations the headline compares.
+// Baseline and Best are the two configurations the headline compares (Options.Baseline can name
+// another baseline).
 var (
 	Baseline = Config{Split: "fixed", Route: "random"}
 	Best     = Config{Split: "cost", Route: "least_loaded"}
+	// Whole is the baseline without our proxy's planning: each request whole to the next server.
+	Whole = Config{Split: SplitWhole, Route: "round_robin"}
 )
 
-// AllConfigs is the full grid: 2 splits × 3 routes × hedging off/on.
+// WholeBatchItems is the max_batch_items that makes the fixed splitter send every request of
+// tr as one batch: its largest request's items.
+func WholeBatchItems(tr *workload.Trace) int {
+	n := 1
+	for i := range tr.Len() {
+		n = max(n, len(tr.At(i).Items))
+	}
+	return n
+}
+
+// proxyFor is the cluster's proxy settings for configuration cfg; wholeItems is
+// WholeBatchItems of the trace (for split whole).
+func proxyFor(base cluster.Proxy, cfg Config, wholeItems int) cluster.Proxy {
+	p := base
+	p.Split, p.Route, p.Hedge = cfg.Split, cfg.Route, cfg.Hedge
+	if cfg.Split == SplitWhole {
+		p.Split = "fixed"
+		p.Args = append(slices.Clone(base.Args), "--max-batch-items", strconv.Itoa(wholeItems))
+	}
+	return p
+}
+
+// AllConfigs is the full grid: 2 splits × 3 routes × hedging off/on (whole is not in it: name
+// it, e.g. whole+round_robin).
 func AllConfigs() []Config {
 	var out []Config
 	for _, h := range []bool{false, true} {
@@ -108,8 +143,11 @@ type Options struct {
 	GRPC bool
 	// Profile, when set, gives a model-based capacity estimate to print beside the probe's.
 	Profile *costmodel.Profile
-	Out     string    // folder for results; "" writes nothing
-	Log     io.Writer // progress
+	// Baseline is what the headline compares Best with; zero: the package's Baseline
+	// (fixed+random).
+	Baseline Config
+	Out      string    // folder for results; "" writes nothing
+	Log      io.Writer // progress
 }
 
 // Row is one (configuration, load) run.
@@ -132,8 +170,15 @@ type Row struct {
 
 // Report is a whole comparison.
 type Report struct {
-	Emulated         bool    `json:"emulated"`
-	Nodes            int     `json:"nodes"`
+	Emulated bool `json:"emulated"`
+	Nodes    int  `json:"nodes"`
+	// NodeKind is the nodes' kind: scorer ("" in older reports) or the server a fake node
+	// fakes (vllm, …).
+	NodeKind string `json:"node_kind,omitempty"`
+	// NodeConcurrency is how many calls a fake node processes at a time (0 for scorer nodes).
+	NodeConcurrency int `json:"node_concurrency,omitempty"`
+	// Baseline is the headline's baseline configuration ("" in older reports: fixed+random).
+	Baseline         string  `json:"baseline,omitempty"`
 	Workload         string  `json:"workload"`
 	TraceSeed        uint64  `json:"trace_seed"`
 	MeanItems        float64 `json:"mean_items_per_request"`
@@ -202,6 +247,9 @@ func (o *Options) defaults() error {
 	if o.ProbeConfig == (Config{}) {
 		o.ProbeConfig = Best
 	}
+	if o.Baseline == (Config{}) {
+		o.Baseline = Baseline
+	}
 	if o.ProbeDuration == 0 {
 		o.ProbeDuration = 8 * time.Second
 	}
@@ -228,12 +276,25 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer c.Stop()
-	logf("compare: starting %d scorer nodes …", o.Cluster.Nodes.Count)
+	kind := o.Cluster.Nodes.Kind
+	if kind == "" {
+		kind = cluster.KindScorer
+	}
+	if o.Cluster.Nodes.Fake() {
+		logf("compare: starting %d fake %s nodes (bench fakerank: %s's API, latency from cost profile %s) …", o.Cluster.Nodes.Count, kind, kind, o.Cluster.Nodes.CostProfile)
+	} else {
+		logf("compare: starting %d scorer nodes …", o.Cluster.Nodes.Count)
+	}
 	if err := c.StartNodes(ctx); err != nil {
 		return nil, fmt.Errorf("start nodes: %w", err)
 	}
+	wholeItems := WholeBatchItems(o.Trace)
+	conc := 0
+	if o.Cluster.Nodes.Fake() {
+		conc = max(1, o.Cluster.Nodes.Concurrency)
+	}
 	rep := &Report{
-		Emulated: o.Cluster.Emulated(), Nodes: o.Cluster.Nodes.Count, Workload: o.Trace.Spec().Name,
+		Emulated: o.Cluster.Emulated(), Nodes: o.Cluster.Nodes.Count, NodeKind: kind, NodeConcurrency: conc, Baseline: o.Baseline.Name(), Workload: o.Trace.Spec().Name,
 		TraceSeed: o.Seed, MeanItems: o.Trace.MeanItems(), DurationSec: o.Duration.Seconds(), WarmupSec: o.Warmup.Seconds(),
 		SLOms: float64(o.SLO) / 1e6, ProxySLOms: float64(o.ProxySLO) / 1e6, StartedAt: began.UTC().Format(time.RFC3339), Machine: calibrate.Machine(),
 	}
@@ -250,10 +311,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err != nil {
 			return cluster.Proxy{}, err
 		}
-		p := o.Cluster.Proxy
+		p := proxyFor(o.Cluster.Proxy, cfg, wholeItems)
 		p.HTTPAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(hp))
 		p.GRPCAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(gp))
-		p.Split, p.Route, p.Hedge = cfg.Split, cfg.Route, cfg.Hedge
 		p.SLO = o.ProxySLO
 		return p, nil
 	}
@@ -328,7 +388,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		c.StopProxy()
 	}
-	rep.Headline = Headline(rep.Rows)
+	rep.Headline = HeadlineVs(rep.Rows, o.Baseline, Best)
 	rep.WallSec = time.Since(began).Seconds()
 	return rep, nil
 }
@@ -373,7 +433,10 @@ func ModelCapacity(tr *workload.Trace, c costmodel.Coeffs, n int) float64 {
 }
 
 // Headline compares Best with Baseline at every load where both ran.
-func Headline(rows []Row) []Gain {
+func Headline(rows []Row) []Gain { return HeadlineVs(rows, Baseline, Best) }
+
+// HeadlineVs compares best with baseline at every load where both ran.
+func HeadlineVs(rows []Row, baseline, best Config) []Gain {
 	find := func(name string, l float64) *Row {
 		for i := range rows {
 			if rows[i].Config == name && rows[i].Load == l {
@@ -389,7 +452,7 @@ func Headline(rows []Row) []Gain {
 			continue
 		}
 		seen[r.Load] = true
-		b, w := find(Baseline.Name(), r.Load), find(Best.Name(), r.Load)
+		b, w := find(baseline.Name(), r.Load), find(best.Name(), r.Load)
 		if b == nil || w == nil {
 			continue
 		}

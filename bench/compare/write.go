@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/relevance-scoring/relevance/bench/cluster"
 	"github.com/relevance-scoring/relevance/bench/report"
 )
 
@@ -48,12 +49,16 @@ func errString(x Row) string {
 	return fmt.Sprintf("%d (%s)", x.Errors, strings.Join(ks, " "))
 }
 
-// HeadlineText says by how much Best beats Baseline.
+// HeadlineText says by how much Best beats the baseline.
 func (r *Report) HeadlineText() string {
 	var b strings.Builder
+	base := r.Baseline
+	if base == "" {
+		base = Baseline.Name()
+	}
 	for _, g := range r.Headline {
 		fmt.Fprintf(&b, "%s at %.0f%% load: %s vs %s: p99 %.1f → %.1f ms (%.2f×), p99.9 %.1f → %.1f ms (%.2f×), goodput≤%.0fms %.1f%% → %.1f%% (%+.1f points)\n",
-			r.label(), 100*g.Load, Best.Name(), Baseline.Name(), g.BaselineP99ms, g.BestP99ms, g.P99Ratio, g.BaselineP999ms, g.BestP999ms, g.P999Ratio,
+			r.label(), 100*g.Load, Best.Name(), base, g.BaselineP99ms, g.BestP99ms, g.P99Ratio, g.BaselineP999ms, g.BestP999ms, g.P999Ratio,
 			r.SLOms, 100*g.BaselineGood, 100*g.BestGood, g.GoodputPoints)
 	}
 	return b.String()
@@ -61,12 +66,20 @@ func (r *Report) HeadlineText() string {
 
 // Summary is the header printed above the table.
 func (r *Report) Summary() string {
-	s := fmt.Sprintf("%s comparison: %d scorer nodes, workload %s (trace seed %d, %.1f items/request), capacity %.2f req/s (%s), %gs per run (%gs warm-up), goodput SLO %.0f ms, proxy deadline %.0f ms\n",
-		r.label(), r.Nodes, r.Workload, r.TraceSeed, r.MeanItems, r.CapacityRPS, r.CapacityMethod, r.DurationSec, r.WarmupSec, r.SLOms, r.ProxySLOms)
+	s := fmt.Sprintf("%s comparison: %d %s, workload %s (trace seed %d, %.1f items/request), capacity %.2f req/s (%s), %gs per run (%gs warm-up), goodput SLO %.0f ms, proxy deadline %.0f ms\n",
+		r.label(), r.Nodes, r.nodesText(), r.Workload, r.TraceSeed, r.MeanItems, r.CapacityRPS, r.CapacityMethod, r.DurationSec, r.WarmupSec, r.SLOms, r.ProxySLOms)
 	if r.ModelCapacityRPS > 0 {
 		s += fmt.Sprintf("cost-model capacity estimate (each request split over every node, no batch merging on a node): %.2f req/s\n", r.ModelCapacityRPS)
 	}
 	return s
+}
+
+// nodesText names the nodes: scorer nodes, or fakes of a server.
+func (r *Report) nodesText() string {
+	if r.NodeKind == "" || r.NodeKind == cluster.KindScorer {
+		return "scorer nodes"
+	}
+	return fmt.Sprintf("fake %s nodes (bench fakerank: %s's HTTP API, %d call(s) at a time, each timed by the cost profile)", r.NodeKind, r.NodeKind, max(1, r.NodeConcurrency))
 }
 
 // Write puts results.json, results.md and the plots into dir. command is recorded when the

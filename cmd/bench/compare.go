@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,19 +14,23 @@ import (
 
 	"github.com/relevance-scoring/relevance/bench/cluster"
 	"github.com/relevance-scoring/relevance/bench/compare"
-	"github.com/relevance-scoring/relevance/internal/cli"
 	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/internal/cli"
+	"github.com/relevance-scoring/relevance/internal/fakerank"
 )
 
 const defaultCompareWorkload = "configs/workloads/compare.yaml"
 
 func runCompare(args []string) error {
-	fs := cli.NewFlagSet("bench", "compare", "[--nodes 16] [--cost-profile F] [--out DIR] [flags]")
+	fs := cli.NewFlagSet("bench", "compare", "[--nodes 16] [--node-kind scorer|vllm|…] [--cost-profile F] [--out DIR] [flags]")
 	nodes := fs.Int("nodes", 16, "number of scorer nodes")
 	profile := fs.String("cost-profile", "bench/results/profile-small.json", "cost profile of the emulated nodes")
 	real := fs.Bool("real", false, "use real nodes (the model and threads from --cluster-config) instead of emulated ones")
+	nodeKind := fs.String("node-kind", cluster.KindScorer, "scorer (emulated scorer nodes), or a rerank server to fake with `bench fakerank` nodes timed by --cost-profile: "+strings.Join(fakerank.Kinds(), ", "))
+	nodeConc := fs.Int("node-concurrency", 1, "with a fake --node-kind: calls each fake processes at a time (the rest queue)")
+	baseline := fs.String("baseline", "", "the headline's baseline configuration (default: fixed+random, or whole+round_robin when only that one runs)")
 	clusterCfg := fs.String("cluster-config", "configs/local.yaml", "cluster config: bin dir, log dir, model and node settings")
-	configs := fs.String("configs", "all", "comma-separated split+route[+hedge] list, or all (2 splits × 3 routes × hedging off/on)")
+	configs := fs.String("configs", "all", "comma-separated split+route[+hedge] list (split fixed, cost or whole: one batch per request), or all (fixed/cost × 3 routes × hedging off/on)")
 	loads := fs.String("loads", "0.5,0.7,0.9", "load levels as fractions of the measured capacity")
 	duration := fs.Duration("duration", 10*time.Second, "per run, warm-up included")
 	warmup := fs.Duration("warmup", 2*time.Second, "unmeasured start of each run")
@@ -66,6 +71,17 @@ func runCompare(args []string) error {
 	ccfg.Nodes.Count = *nodes
 	ccfg.Nodes.GRPCBasePort, ccfg.Nodes.HTTPBasePort = 0, 0
 	var prof *costmodel.Profile
+	if *nodeKind != cluster.KindScorer {
+		if *real {
+			return fmt.Errorf("--real and --node-kind %s: fake nodes are always emulated", *nodeKind)
+		}
+		if *nodeConc < 1 {
+			return fmt.Errorf("--node-concurrency must be ≥ 1, got %d", *nodeConc)
+		}
+		ccfg.Nodes.Kind = *nodeKind
+		ccfg.Nodes.Concurrency = *nodeConc
+		ccfg.Nodes.Args = nil // the scorer's flags
+	}
 	if !*real {
 		ccfg.Nodes.Engine = "emulated"
 		ccfg.Nodes.CostProfile = *profile
@@ -84,9 +100,12 @@ func runCompare(args []string) error {
 	if err := ccfg.Validate(); err != nil {
 		return err
 	}
-	if !*real {
+	switch {
+	case ccfg.Nodes.Fake():
+		ccfg.LogDir += "/compare-" + *nodeKind
+	case !*real:
 		ccfg.LogDir += "/compare"
-	} else {
+	default:
 		ccfg.LogDir += "/compare-real"
 	}
 	o := compare.Options{Cluster: ccfg, Duration: *duration, Warmup: *warmup, SLO: *slo, Timeout: *timeout, ProxySLO: *proxySLO, Capacity: *capacity,
@@ -99,6 +118,14 @@ func runCompare(args []string) error {
 			}
 			o.Configs = append(o.Configs, c)
 		}
+	}
+	switch {
+	case *baseline != "":
+		if o.Baseline, err = compare.ParseConfig(*baseline); err != nil {
+			return fmt.Errorf("--baseline: %w", err)
+		}
+	case o.Configs != nil && !slices.Contains(o.Configs, compare.Baseline) && slices.Contains(o.Configs, compare.Whole):
+		o.Baseline = compare.Whole
 	}
 	for _, s := range strings.Split(*loads, ",") {
 		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)

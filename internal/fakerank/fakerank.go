@@ -18,6 +18,12 @@
 // out of range, non-numeric score, missing entry, not JSON), SetHealthy, SetLoad (extra backlog
 // in the load gauges); and read Requests and Calls. All methods are safe for concurrent use.
 //
+// Benchmarks use a fake as a stand-in for a loaded server: Options.Concurrency queues calls as a
+// server's scheduler does, and ProfileLatency makes each call take what a measured cost profile
+// of our engine predicts for it (`bench fakerank` serves one such fake as a process, and bench
+// cluster starts N of them as nodes). Such a fake is EMULATED: its speed is our engine's, its API
+// the server's.
+//
 //	f, err := fakerank.Start(backend.KindTEI, fakerank.Options{})
 //	defer f.Close()
 //	f.FailNext(1, http.StatusTooManyRequests)
@@ -81,8 +87,17 @@ type Options struct {
 	Template Template
 	// NoMetrics serves no load gauges (a server started without metrics).
 	NoMetrics bool
-	// Latency, when set, is how long each rerank call takes.
+	// Latency, when set, is how long each rerank call takes (ProfileLatency makes one from a
+	// measured cost profile). With Concurrency it is the call's processing time, counted from
+	// when it leaves the queue.
 	Latency func(Request) time.Duration
+	// Addr is where to listen (host:port); "" means 127.0.0.1:0.
+	Addr string
+	// Concurrency, when > 0, is how many rerank calls are processed at a time, as a GPU server's
+	// scheduler runs a bounded number of requests per step: later calls wait in a FIFO queue,
+	// their documents counted as waiting in the load gauges (as running once processed), and a
+	// client that leaves while queued is dropped from it. 0: no limit (every call at once).
+	Concurrency int
 }
 
 // Request is what the fake received on one rerank call that passed validation.
@@ -133,12 +148,14 @@ type Server struct {
 	running     float64
 	reqs        []Request
 
+	slots    *slots       // nil: no concurrency limit
+	queued   atomic.Int64 // documents waiting for a slot
 	inflight atomic.Int64 // documents being scored
 	calls    atomic.Int64
 	closed   atomic.Bool
 }
 
-// Start serves a fake of kind on 127.0.0.1:0 until Close.
+// Start serves a fake of kind on Options.Addr (127.0.0.1:0 by default) until Close.
 func Start(kind string, opts Options) (*Server, error) {
 	d, ok := dialects[kind]
 	if !ok {
@@ -156,11 +173,21 @@ func Start(kind string, opts Options) (*Server, error) {
 	if opts.Template == TemplateDefault {
 		opts.Template = d.template
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if opts.Concurrency < 0 {
+		return nil, fmt.Errorf("fakerank: concurrency must be ≥ 0, got %d", opts.Concurrency)
+	}
+	addr := opts.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("fakerank: listen: %w", err)
 	}
 	s := &Server{kind: kind, d: d, opts: opts, lis: lis, done: make(chan struct{}), latency: opts.Latency, hangRelease: make(chan struct{})}
+	if opts.Concurrency > 0 {
+		s.slots = newSlots(opts.Concurrency)
+	}
 	mux := http.NewServeMux()
 	for _, p := range d.rerankPaths {
 		mux.HandleFunc("POST "+p, s.track(s.rerank))
@@ -234,8 +261,8 @@ func (s *Server) SetHealthy(ok bool) {
 	s.unhealthy = !ok
 }
 
-// SetLoad adds backlog to the load gauges: requests waiting, and running on top of the
-// documents the fake is scoring now.
+// SetLoad adds backlog to the load gauges: requests waiting on top of the documents queued for
+// a slot (Options.Concurrency), and running on top of the documents the fake is scoring now.
 func (s *Server) SetLoad(waiting, running float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -403,6 +430,15 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, failStatus, s.d.errorBody(failStatus, fmt.Sprintf("injected failure (HTTP %d)", failStatus)))
 		return
 	}
+	if s.slots != nil {
+		s.queued.Add(int64(len(p.docs)))
+		ok := s.slots.acquire(r.Context().Done(), s.done)
+		s.queued.Add(-int64(len(p.docs)))
+		if !ok {
+			return
+		}
+		defer s.slots.release()
+	}
 	s.inflight.Add(int64(len(p.docs)))
 	defer s.inflight.Add(-int64(len(p.docs)))
 	if hang {
@@ -513,7 +549,7 @@ func (s *Server) gauges(mux *http.ServeMux, waiting, running string, labels prom
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: waiting, Help: "Requests waiting.", ConstLabels: labels}, func() float64 {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			return s.waiting
+			return s.waiting + float64(s.queued.Load())
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: running, Help: "Requests running.", ConstLabels: labels}, func() float64 {
 			s.mu.Lock()
