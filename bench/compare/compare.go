@@ -35,6 +35,7 @@ import (
 	"github.com/relevance-scoring/relevance/bench/report"
 	"github.com/relevance-scoring/relevance/bench/workload"
 	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/proxy"
 )
 
 // Config is one proxy configuration.
@@ -63,13 +64,11 @@ func ParseConfig(s string) (Config, error) {
 		return Config{}, fmt.Errorf("config %q: want split+route[+hedge], e.g. cost+least_loaded+hedge", s)
 	}
 	c := Config{Split: parts[0], Route: parts[1], Hedge: len(parts) == 3}
-	if c.Split != "fixed" && c.Split != "cost" && c.Split != SplitWhole {
-		return Config{}, fmt.Errorf("config %q: split must be fixed, cost or whole", s)
+	if c.Split != SplitWhole && !slices.Contains(proxy.SplitStrategies(), c.Split) {
+		return Config{}, fmt.Errorf("config %q: split must be one of %s or %s", s, strings.Join(proxy.SplitStrategies(), ", "), SplitWhole)
 	}
-	switch c.Route {
-	case "random", "round_robin", "least_loaded":
-	default:
-		return Config{}, fmt.Errorf("config %q: route must be random, round_robin or least_loaded", s)
+	if !slices.Contains(proxy.RouteStrategies(), c.Route) {
+		return Config{}, fmt.Errorf("config %q: route must be one of %s", s, strings.Join(proxy.RouteStrategies(), ", "))
 	}
 	return c, nil
 }
