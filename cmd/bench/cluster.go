@@ -17,7 +17,7 @@ func runCluster(args []string) error {
 	fs := cli.NewFlagSet("bench", "cluster", "[--config configs/local.yaml] [--emulated N --cost-profile F] [flags]")
 	cfgPath := fs.String("config", "configs/local.yaml", "cluster config (YAML); empty for built-in defaults")
 	emulated := fs.Int("emulated", 0, "run N emulated scorer nodes instead of the real model (needs --cost-profile)")
-	profile := fs.String("cost-profile", "bench/results/profile-small.json", "cost profile of emulated nodes")
+	profile := fs.String("cost-profile", "bench/results/profile-small-auto-samples.json", "cost profile of emulated nodes (with measured samples: replayed, not the fitted formula)")
 	nodes := fs.Int("nodes", 0, "number of real nodes (overrides nodes.count)")
 	threads := fs.Int("threads", 0, "compute threads per real node (overrides nodes.threads)")
 	split := fs.String("split", "", "proxy split strategy: fixed or cost (overrides proxy.split)")

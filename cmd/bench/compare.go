@@ -24,7 +24,7 @@ const defaultCompareWorkload = "configs/workloads/compare.yaml"
 func runCompare(args []string) error {
 	fs := cli.NewFlagSet("bench", "compare", "[--nodes 16] [--node-kind scorer|vllm|…] [--cost-profile F] [--out DIR] [flags]")
 	nodes := fs.Int("nodes", 16, "number of scorer nodes")
-	profile := fs.String("cost-profile", "bench/results/profile-small.json", "cost profile of the emulated nodes")
+	profile := fs.String("cost-profile", "bench/results/profile-small-auto-samples.json", "cost profile of the emulated nodes (with measured samples: replayed, not the fitted formula)")
 	real := fs.Bool("real", false, "use real nodes (the model and threads from --cluster-config) instead of emulated ones")
 	nodeKind := fs.String("node-kind", cluster.KindScorer, "scorer (emulated scorer nodes), or a rerank server to fake with `bench fakerank` nodes timed by --cost-profile: "+strings.Join(fakerank.Kinds(), ", "))
 	nodeConc := fs.Int("node-concurrency", 1, "with a fake --node-kind: calls each fake processes at a time (the rest queue)")
