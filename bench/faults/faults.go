@@ -426,6 +426,8 @@ type nodeStatus struct {
 	Slow      int64  `json:"slow"`
 	Ejected   bool   `json:"ejected"`
 	Ejections int64  `json:"ejections"`
+	// SpeedRatio is the proxy's learned time of the node for a reference batch over its prior's.
+	SpeedRatio float64 `json:"speed_ratio"`
 }
 
 // nodes reads the proxy's node table, keyed by address.

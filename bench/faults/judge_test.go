@@ -144,7 +144,7 @@ func TestJudgeOverload(t *testing.T) {
 	t0 := time.Now()
 	tEnd := t0.Add(20 * time.Second)
 	slo := 500 * time.Millisecond
-	p1 := calls(t0, 1.0, 200, "", 2.0, 30, "http_429", 3.0, 400, "", 4.0, 900, "", 5.0, 10, "grpc_resource_exhausted", 6.0, 500, "grpc_deadline_exceeded")
+	p1 := calls(t0, 1.0, 200, "", 2.0, 30, "http_429", 3.0, 400, "", 4.0, 900, "", 5.0, 10, "grpc_resourceexhausted", 6.0, 500, "grpc_deadline_exceeded")
 	tests := []struct {
 		name string
 		p2   []call

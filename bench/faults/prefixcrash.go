@@ -107,9 +107,9 @@ func runPrefixCrash(ctx context.Context, e *env, r *Result) error {
 	}
 
 	// The storm: the same queries (so their prefixes are cached, computed and cancelled over and
-	// over), deadlines from 20 ms to 2 s.
+	// over), three in four callers cancelling after 5–300 ms.
 	storm := e.d.short
-	var sent, cancelled, failed atomic.Int64
+	var sent, cancelled, rejected, failed atomic.Int64
 	sctx, stopStorm := context.WithTimeout(ctx, storm)
 	var wg sync.WaitGroup
 	for w := range 4 {
@@ -120,12 +120,27 @@ func runPrefixCrash(ctx context.Context, e *env, r *Result) error {
 				if wr.IntN(2) == 0 {
 					req = &relevancev1.ScoreRequest{Query: req.Query, Items: req.Items[:1+wr.IntN(len(req.Items))], Options: req.Options}
 				}
-				d := time.Duration(20+wr.IntN(1980)) * time.Millisecond
+				// A 3 s budget gets the request admitted; most callers then give up after 5–300 ms,
+				// mid-pass, the way a search backend cancels once it has enough results.
+				rctx, cancel := context.WithCancel(sctx)
+				var t *time.Timer
+				if wr.IntN(4) != 0 {
+					t = time.AfterFunc(time.Duration(5+wr.IntN(295))*time.Millisecond, cancel)
+				}
 				sent.Add(1)
-				if _, err := score(sctx, req, d); err != nil {
-					if c := status.Code(err); c == codes.DeadlineExceeded || c == codes.Canceled {
+				_, err := score(rctx, req, 3*time.Second)
+				if t != nil {
+					t.Stop()
+				}
+				cancel()
+				if err != nil {
+					switch status.Code(err) {
+					case codes.DeadlineExceeded, codes.Canceled:
 						cancelled.Add(1)
-					} else {
+					case codes.ResourceExhausted: // refused at the door: back off, no pass was cut
+						rejected.Add(1)
+						sleep(sctx, 50*time.Millisecond)
+					default:
 						failed.Add(1)
 					}
 				}
@@ -181,6 +196,7 @@ func runPrefixCrash(ctx context.Context, e *env, r *Result) error {
 	hits := e.nodeCacheHits(ctx) - hits0
 	r.add("storm_requests", float64(sent.Load()), "req")
 	r.add("storm_cancelled", float64(cancelled.Load()), "req")
+	r.add("storm_rejected", float64(rejected.Load()), "req")
 	r.add("storm_failed", float64(failed.Load()), "req")
 	r.add("killed_mid_batch", midBatch, "")
 	r.add("prefix_cache_hits", float64(max(hits, 0)), "")

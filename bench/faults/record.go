@@ -102,7 +102,8 @@ func between(calls []call, from, to time.Time) []call {
 
 // rejectedKinds are admission's refusals: the overload scenario reports them but does not count
 // them as failures.
-var rejectedKinds = map[string]bool{"http_429": true, "grpc_resource_exhausted": true}
+// (bench/load names a gRPC code's kind "grpc_" + its lower-case name, without underscores.)
+var rejectedKinds = map[string]bool{"http_429": true, "grpc_resourceexhausted": true}
 
 // summarize tallies calls; kinds in exclude are left out of Failed (and of Requests' denominator
 // of Goodput they stay in).
@@ -158,4 +159,15 @@ func kindSamples(calls []call) []string {
 		}
 	}
 	return out
+}
+
+// failedBetween counts the failures among calls sent in [from, to).
+func failedBetween(calls []call, from, to time.Time) int {
+	n := 0
+	for _, c := range between(calls, from, to) {
+		if c.kind != "" {
+			n++
+		}
+	}
+	return n
 }

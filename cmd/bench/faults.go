@@ -96,7 +96,7 @@ func runFaults(args []string) error {
 	if rep == nil {
 		return err
 	}
-	rep.Command = "bin/bench faults " + strings.Join(args, " ")
+	rep.Command = strings.TrimSpace("bin/bench faults " + strings.Join(args, " "))
 	fmt.Println(rep.Summary())
 	if *out != "" {
 		if werr := rep.Write(*out); werr != nil {
