@@ -30,6 +30,9 @@ type Learner struct {
 	p      [3][3]float64
 	scale  float64 // running mean of |relative residual|
 	n      int
+	// shift detects a change of level (shift.go): the last few samples' ratios of measured to
+	// predicted time, while they all point the same way.
+	shift []float64
 }
 
 const (
@@ -73,6 +76,9 @@ func (l *Learner) Observe(f Features, y float64) {
 	}
 	y /= y0
 	pred := l.m[0]*x[0] + l.m[1]*x[1] + l.m[2]*x[2]
+	if l.levelShift(pred, y) {
+		return
+	}
 	r := y - pred
 	w := 1.0
 	if a := math.Abs(r); a > huberK*l.scale {

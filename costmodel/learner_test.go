@@ -80,3 +80,46 @@ func TestLearnerZeroPrior(t *testing.T) {
 		t.Errorf("learned b = %.3g, truth %.3g (coeffs %+v)", got.B, truth.B, got)
 	}
 }
+
+// TestLearnerFollowsALevelShift: a node that becomes 10× slower (or 4× faster) is priced at its
+// new speed within a few batches, though Huber weights would treat each of them as an outlier;
+// isolated outliers still do not move it.
+func TestLearnerFollowsALevelShift(t *testing.T) {
+	truth := Coeffs{A: 6e-5, B: 1e-9, C: 4e-3}
+	r := rand.New(rand.NewPCG(3, 4))
+	batch := func() Features {
+		items := make([]int, 1+r.IntN(16))
+		for i := range items {
+			items[i] = 20 + r.IntN(200)
+		}
+		return BatchFeatures(40+r.IntN(80), items, false)
+	}
+	l := NewLearner(truth, 0.99)
+	for range 200 {
+		f := batch()
+		l.Observe(f, truth.Seconds(f)*math.Exp(0.05*r.NormFloat64()))
+	}
+	ref := func(c Coeffs) float64 { return c.Seconds(RefFeatures) }
+	// Isolated outliers (one in ten, ×10) leave it near the truth.
+	for i := range 50 {
+		f := batch()
+		y := truth.Seconds(f)
+		if i%10 == 0 {
+			y *= 10
+		}
+		l.Observe(f, y)
+	}
+	if got := ref(l.Coeffs()) / ref(truth); got < 0.85 || got > 1.25 {
+		t.Fatalf("after isolated outliers: %.2f× the truth", got)
+	}
+	for _, factor := range []float64{10, 0.25} {
+		now := Coeffs{A: truth.A * factor, B: truth.B * factor, C: truth.C * factor}
+		for range 5 {
+			f := batch()
+			l.Observe(f, now.Seconds(f)*math.Exp(0.05*r.NormFloat64()))
+		}
+		if got := ref(l.Coeffs()) / ref(now); got < 0.7 || got > 1.4 {
+			t.Errorf("5 batches after the node became %v× as slow: priced at %.2f× its new speed", factor, got)
+		}
+	}
+}
