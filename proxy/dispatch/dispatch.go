@@ -39,6 +39,7 @@ import (
 
 	"github.com/relevance-scoring/relevance/costmodel"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/proxy/backend"
 	"github.com/relevance-scoring/relevance/proxy/cluster"
 	"github.com/relevance-scoring/relevance/proxy/plan"
 	"github.com/relevance-scoring/relevance/proxy/request"
@@ -368,8 +369,9 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slo
 	case err == nil:
 		n.Succeeded()
 		n.Observe(resp, now)
-		if !(resp.GetStats().GetComputeSeconds() > 0) {
-			// A server that reports no compute time (another kind): learn from latency.
+		if n.Kind() != backend.KindScorer && !(resp.GetStats().GetComputeSeconds() > 0) {
+			// Another kind of server reports no compute time: learn from latency. (Our scorer
+			// always does; one that reports none has nothing to learn from.)
 			n.ObserveLatency(l.Features, el.Seconds(), items, l.Alone)
 		}
 		n.Remember(b.PrefixKey, resp.GetStats().GetPrefixCached())

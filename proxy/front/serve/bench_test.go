@@ -124,7 +124,7 @@ func BenchmarkOverhead(b *testing.B) {
 		})
 	})
 	b.Run("proxy-http-v2-rerank", func(b *testing.B) {
-		body, _ := json.Marshal(map[string]any{"model": "rerank-v3.5", "query": query, "documents": docs, "top_n": 10})
+		body, _ := json.Marshal(map[string]any{"model": "rerank", "query": query, "documents": docs, "top_n": 10})
 		client := &fasthttp.Client{}
 		defer client.CloseIdleConnections()
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
