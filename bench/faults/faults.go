@@ -73,6 +73,8 @@ type Options struct {
 	// ProxyCacheBytes is the proxy's score-cache budget that the proxy's RSS may grow by; 0 means
 	// 64 MiB (the proxy's default score_cache.budget_bytes).
 	ProxyCacheBytes int64
+	// MemoryDuration is the memory scenario's load; 0 means 60s (quick: 5s).
+	MemoryDuration time.Duration
 	// NodeCacheBytes is the real nodes' prefix-cache budget that their RSS may grow by; 0 means
 	// 256 MiB (the scorer's default prefix_cache_bytes). Emulated nodes hold no KV, so it is not
 	// allowed for them.
@@ -186,7 +188,11 @@ func runWith(ctx context.Context, o Options, done func(*env)) (*Report, error) {
 	if o.Cluster.Emulated() {
 		rep.CostProfile = o.Cluster.Nodes.CostProfile
 	}
-	e := &env{o: o, d: timings(o.Quick), log: o.Log, seed: o.Seed,
+	d := timings(o.Quick)
+	if o.MemoryDuration > 0 {
+		d.memory = o.MemoryDuration
+	}
+	e := &env{o: o, d: d, log: o.Log, seed: o.Seed,
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}}}
 	defer e.client.CloseIdleConnections()
 	if err := e.start(ctx); err != nil {

@@ -3,6 +3,7 @@ package faults
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -40,6 +41,7 @@ type rssSeries struct {
 	pid               int
 	start, peak, end  int64
 	samples, restarts int
+	all               []int64 // every sample of the current process
 }
 
 func (s *rssSeries) add(pid int, v int64) {
@@ -47,14 +49,24 @@ func (s *rssSeries) add(pid int, v int64) {
 		if s.samples > 0 {
 			s.restarts++ // a new process: its growth counts from its own start
 		}
-		s.pid, s.start, s.peak = pid, v, v
+		s.pid, s.start, s.peak, s.all = pid, v, v, nil
 	}
+	s.all = append(s.all, v)
 	s.samples++
 	s.peak = max(s.peak, v)
 	s.end = v
 }
 
 func (s *rssSeries) growth() int64 { return s.peak - s.start }
+
+// lateGrowth is the growth over the second half of the samples: near 0 once the process has
+// levelled off, about half its growth when it grows steadily.
+func (s *rssSeries) lateGrowth() int64 {
+	if len(s.all) < 2 {
+		return 0
+	}
+	return s.end - s.all[len(s.all)/2]
+}
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
 
@@ -110,10 +122,11 @@ func runMemory(ctx context.Context, e *env, r *Result) error {
 		nodeBound += e.o.NodeCacheBytes
 	}
 	proxyBound := e.o.RSSMargin + e.o.ProxyCacheBytes
-	var start, peak, end, growth int64
+	var start, peak, end, growth, late int64
 	worst := ""
 	for i, s := range nodes {
 		start, peak, end = max(start, s.start), max(peak, s.peak), max(end, s.end)
+		late = max(late, s.lateGrowth())
 		if s.growth() >= growth {
 			growth, worst = s.growth(), e.c.Nodes()[i].Name
 		}
@@ -126,11 +139,18 @@ func runMemory(ctx context.Context, e *env, r *Result) error {
 	r.add("node_rss_peak_mb", mb(peak), "MB")
 	r.add("node_rss_end_mb", mb(end), "MB")
 	r.add("node_growth_mb", mb(growth), "MB")
+	r.add("node_growth_second_half_mb", mb(late), "MB")
 	r.add("node_growth_bound_mb", mb(nodeBound), "MB")
+	if b, budget, ev, ok := e.prefixCaches(ctx); ok {
+		r.add("node_prefix_cache_mb", mb(b), "MB")
+		r.add("node_prefix_cache_budget_mb", mb(budget), "MB")
+		r.add("node_prefix_cache_evictions", float64(ev), "")
+	}
 	r.add("proxy_rss_start_mb", mb(proxy.start), "MB")
 	r.add("proxy_rss_peak_mb", mb(proxy.peak), "MB")
 	r.add("proxy_rss_end_mb", mb(proxy.end), "MB")
 	r.add("proxy_growth_mb", mb(proxy.growth()), "MB")
+	r.add("proxy_growth_second_half_mb", mb(proxy.lateGrowth()), "MB")
 	r.add("proxy_growth_bound_mb", mb(proxyBound), "MB")
 	r.require("node_growth_mb", "<=", mb(nodeBound))
 	r.require("proxy_growth_mb", "<=", mb(proxyBound))
@@ -143,4 +163,31 @@ func runMemory(ctx context.Context, e *env, r *Result) error {
 		fmt.Sprintf("node growth bound: %s; most growth: %s", bound, worst),
 		fmt.Sprintf("proxy growth bound: score cache %.0f MB + margin %.0f MB", mb(e.o.ProxyCacheBytes), mb(e.o.RSSMargin)))
 	return nil
+}
+
+// prefixCaches reads the nodes' prefix caches from /v1/status: the fullest cache's bytes and
+// budget, and the evictions of all; ok is false when no node reports a cache.
+func (e *env) prefixCaches(ctx context.Context) (bytes, budget, evictions int64, ok bool) {
+	for _, nd := range e.c.Nodes() {
+		b, err := e.get(ctx, "http://"+nd.HTTPAddr+"/v1/status")
+		if err != nil {
+			continue
+		}
+		var st struct {
+			PrefixCache *struct {
+				Bytes       int64 `json:"bytes"`
+				BudgetBytes int64 `json:"budget_bytes"`
+				Evictions   int64 `json:"evictions"`
+			} `json:"prefix_cache"`
+		}
+		if json.Unmarshal(b, &st) != nil || st.PrefixCache == nil {
+			continue
+		}
+		ok = true
+		if st.PrefixCache.Bytes >= bytes {
+			bytes, budget = st.PrefixCache.Bytes, st.PrefixCache.BudgetBytes
+		}
+		evictions += st.PrefixCache.Evictions
+	}
+	return bytes, budget, evictions, ok
 }

@@ -38,6 +38,7 @@ func runFaults(args []string) error {
 	scen := fs.String("scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(faults.Names(), ","))
 	quick := fs.Bool("quick", false, "shorten every scenario to a few seconds (smoke runs, tests)")
 	rssMargin := fs.Int64("rss-margin", 64<<20, "memory: allowed RSS growth in bytes beyond the caches' budgets")
+	memDur := fs.Duration("memory-duration", 0, "memory: how long the steady load runs (0: 60s, --quick 5s); real nodes need long enough to fill their prefix cache")
 	proxyCache := fs.Int64("proxy-cache-bytes", 64<<20, "memory: the proxy's score-cache budget its RSS may grow by")
 	out := fs.String("out", "bench/results/faults", "folder for results.json and results.md (\"\": none)")
 	list := fs.Bool("list", false, "list the scenarios and their goals, then exit")
@@ -87,7 +88,7 @@ func runFaults(args []string) error {
 		}
 	}
 	o := faults.Options{Cluster: ccfg, Workload: spec, Seed: *seed, SLO: *slo, Timeout: *timeout, Capacity: *capacity,
-		ProbeDuration: *probeDur, ProbeConcurrency: *probeConc, Scenarios: names, Quick: *quick, RSSMargin: *rssMargin,
+		ProbeDuration: *probeDur, ProbeConcurrency: *probeConc, Scenarios: names, Quick: *quick, RSSMargin: *rssMargin, MemoryDuration: *memDur,
 		ProxyCacheBytes: *proxyCache, Log: os.Stderr,
 		OnResult: func(r faults.Result) { fmt.Println(r.Line()) }}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
