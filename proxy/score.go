@@ -68,8 +68,19 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 
 	dl, _ := ctx.Deadline()
 	if err := p.admitter.Admit(pl, time.Until(dl)); err != nil {
+		// Before refusing, the plan that finishes this request first (more, smaller batches): at
+		// moderate load the largest requests' economical plans land just past the budget while
+		// a faster one fits.
 		pl.Release()
-		return nil, err
+		urgent := p.planner.Urgent(sub, reqID, fp)
+		if urgent == nil || len(urgent.Batches) <= len(pl.Batches) || p.admitter.Admit(urgent, time.Until(dl)) != nil {
+			if urgent != nil {
+				urgent.Release()
+			}
+			p.admitter.Count(err)
+			return nil, err
+		}
+		pl = urgent
 	}
 
 	partial := p.cfg.OnPartialFailure == PartialPartial || sub.GetOptions().GetAllowPartial()

@@ -99,13 +99,29 @@ func (a *Admitter) Admit(p *plan.Plan, budget time.Duration) error {
 	if idle := m * p.IdleFinish(); idle > allowed {
 		reason, retry = ReasonDeadline, idle
 	}
-	if a.rejected != nil {
-		a.rejected.WithLabelValues(reason).Inc()
-	}
 	st := status.New(codes.ResourceExhausted, fmt.Sprintf("admission: projected completion %.0fms exceeds the %.0fms budget (%s)", busy*1e3, allowed*1e3, reason))
 	delay := time.Duration(math.Max(retry, 0.01) * float64(time.Second))
 	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); err == nil {
 		st = d
 	}
-	return st.Err()
+	return &Rejection{reason: reason, err: st.Err()}
+}
+
+// Rejection is Admit's refusal: a RESOURCE_EXHAUSTED status error (with RetryInfo) and its
+// reason. It is counted only by Count: the caller may still find a plan that fits.
+type Rejection struct {
+	reason string
+	err    error
+}
+
+func (r *Rejection) Error() string { return r.err.Error() }
+
+// GRPCStatus makes the rejection the gRPC status it carries.
+func (r *Rejection) GRPCStatus() *status.Status { return status.Convert(r.err) }
+
+// Count records a rejection that stands (relevance_proxy_rejected_total{reason}).
+func (a *Admitter) Count(err error) {
+	if r, ok := err.(*Rejection); ok && a.rejected != nil {
+		a.rejected.WithLabelValues(r.reason).Inc()
+	}
 }

@@ -65,7 +65,12 @@ func TestAdmitReadsThePlansFinish(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rej := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rejected_total", Help: "x"}, []string{"reason"})
-			err := New(Config{Headroom: tt.headroom, MinSamples: 10}, nil, rej).Admit(tt.plan, tt.budget)
+			a := New(Config{Headroom: tt.headroom, MinSamples: 10}, nil, rej)
+			err := a.Admit(tt.plan, tt.budget)
+			if got := testutil.ToFloat64(rej.WithLabelValues(tt.wantReason)); tt.wantReason != "" && got != 0 {
+				t.Errorf("rejection counted before Count: %v", got)
+			}
+			a.Count(err)
 			if tt.wantReason == "" {
 				if err != nil {
 					t.Fatalf("Admit: %v, want admitted", err)

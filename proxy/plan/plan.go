@@ -304,6 +304,17 @@ func NewPlanner(cfg Config, counter *prompt.Counter, splitter split.Splitter, c 
 // fingerprint ("": any). It returns nil when no node can take work. reqID is stamped on every
 // batch request.
 func (pl *Planner) Plan(req *relevancev1.ScoreRequest, reqID, fingerprint string) *Plan {
+	return pl.plan(req, reqID, fingerprint, false)
+}
+
+// Urgent plans req for the earliest finish, whatever its batches' overhead costs the cluster
+// (split.Input.Urgent): what admission asks for before refusing a request whose economical plan
+// would miss its deadline.
+func (pl *Planner) Urgent(req *relevancev1.ScoreRequest, reqID, fingerprint string) *Plan {
+	return pl.plan(req, reqID, fingerprint, true)
+}
+
+func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string, urgent bool) *Plan {
 	start := time.Now()
 	prefix := pl.counter.Prefix(req.GetInstruction(), req.GetQuery())
 	toks := make([]int, len(req.GetItems()))
@@ -327,6 +338,7 @@ func (pl *Planner) Plan(req *relevancev1.ScoreRequest, reqID, fingerprint string
 		Nodes:              make([]split.Node, len(cands)),
 		MaxBatchItems:      maxItems(pl.cfg.MaxBatchItems, cands),
 		TargetBatchSeconds: pl.cfg.TargetBatchSeconds,
+		Urgent:             urgent,
 	}
 	key := PrefixKey(req.GetInstruction(), req.GetQuery())
 	out := &Plan{PrefixTokens: prefix, ItemTokens: toks, Candidates: len(cands), MinSamples: cands[0].Samples()}

@@ -39,6 +39,11 @@ type Input struct {
 	// cut into batches cheaper than this (≤ 0: no floor), because each batch pays the prefix and
 	// the per-batch overhead again.
 	TargetBatchSeconds float64
+	// Urgent asks for the plan that finishes this request first, whatever its batches' overhead
+	// costs the cluster: a request whose economical plan would miss its deadline (admission asks
+	// for it before refusing the request). Strategies that do not trade latency for overhead
+	// ignore it.
+	Urgent bool
 }
 
 // Batch is one planned batch.

@@ -273,3 +273,30 @@ func TestCostDoesNotOverSplit(t *testing.T) {
 		})
 	}
 }
+
+// TestCostUrgentFinishesFirst: when the economical plan (few batches: each pays the prefix and
+// overhead again) would finish too late, an urgent split cuts the request into more batches
+// that finish sooner — the plan admission asks for before refusing a request.
+func TestCostUrgentFinishesFirst(t *testing.T) {
+	c := costmodel.Coeffs{A: 1e-3, C: 0.25}
+	items := make([]int, 16)
+	for i := range items {
+		items[i] = 25 // 0.025 s each: 0.4 s of items against 0.3 s of overhead per batch
+	}
+	in := split.Input{PrefixTokens: 50, ItemTokens: items, Coeffs: c, Nodes: make([]split.Node, 4)}
+	finish := func(bs []split.Batch) float64 {
+		var f float64
+		for _, b := range bs {
+			f = math.Max(f, b.Start+b.Cost)
+		}
+		return f
+	}
+	eco := cost.New().Split(in)
+	in.Urgent = true
+	urgent := cost.New().Split(in)
+	checkCover(t, "urgent", len(items), len(items), urgent)
+	if len(urgent) <= len(eco) || finish(urgent) >= finish(eco) {
+		t.Errorf("economical: %d batches finishing at %.3fs; urgent: %d at %.3fs; want more batches finishing sooner",
+			len(eco), finish(eco), len(urgent), finish(urgent))
+	}
+}

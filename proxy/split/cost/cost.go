@@ -6,7 +6,8 @@
 // it first, counting its backlog and relative speed), the work is then spread over them so that
 // all finish together (a node behind a backlog gets less), and k is the one with the least
 // projected completion T(k) plus k·o / capacity — the share of the cluster (Σ 1/scale nodes)
-// that the batches' overheads take from later requests; fewer batches on near-ties — within
+// that the batches' overheads take from later requests (with Input.Urgent, T(k) alone: the plan
+// that finishes this request first); fewer batches on near-ties — within
 //
 //	ceil(n / MaxBatchItems) ≤ k ≤ min(n, 2·nodes, W / (TargetBatchSeconds − o)).
 //
@@ -90,6 +91,9 @@ func (*Splitter) Split(in split.Input) []split.Batch {
 	for k := kmin; k <= kmax; k = nextK(k, kmax) {
 		starts, t := place(nodes, k, total/float64(k)+over, total, over)
 		j := t + float64(k)*over/capacity
+		if in.Urgent {
+			j = t // this request's makespan alone: it would miss its deadline otherwise
+		}
 		// A new k must win by more than noise to pay o again. The first k is always kept, so a
 		// plan exists even when t is not a number (a node that reported a NaN backlog).
 		if bestStarts == nil || j < bestJ*0.99 {

@@ -1,0 +1,69 @@
+package proxy
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/internal/fakenode"
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+)
+
+// TestAdmissionTriesAFasterPlan: a request whose economical plan (few batches, since each pays
+// the prefix and a large overhead again) would finish past its budget is not refused while a
+// plan of more, smaller batches fits: admission asks the planner for the fastest plan first.
+func TestAdmissionTriesAFasterPlan(t *testing.T) {
+	coeffs := costmodel.Coeffs{A: 1e-4, C: 0.2}
+	nodes := startNodes(t, 4, fakenode.Options{Coeffs: coeffs, Parallel: true})
+	cfg := testConfig(nodes.Addrs())
+	cfg.Cost.Prior = coeffs
+	cfg.Split.MaxBatchItems = 64
+	cfg.Admission.MinSamples = 0
+	cfg.Admission.MarginQuantile = 0
+	p, reg := startProxy(t, cfg)
+	req := &relevancev1.ScoreRequest{Query: "q"}
+	for range 32 {
+		req.Items = append(req.Items, &relevancev1.Item{Text: strings.Repeat("word ", 60)})
+	}
+	eco := p.planner.Plan(req, "x", "")
+	ef, eb := eco.Finish(), len(eco.Batches)
+	eco.Release()
+	urgent := p.planner.Urgent(req, "y", "")
+	uf, ub := urgent.Finish(), len(urgent.Batches)
+	urgent.Release()
+	if ub <= eb || uf >= ef {
+		t.Fatalf("test shape: economical %d batches finishing %.3fs, urgent %d at %.3fs", eb, ef, ub, uf)
+	}
+	req.TimeoutMs = uint32((uf + ef) / 2 * 1000) // the economical plan misses it, the urgent fits
+	resp, err := p.Score(context.Background(), req)
+	if err != nil {
+		t.Fatalf("budget %d ms between the plans (%.0f / %.0f ms): %v", req.TimeoutMs, ef*1e3, uf*1e3, err)
+	}
+	if got := len(resp.GetScores()); got != 32 {
+		t.Errorf("%d scores", got)
+	}
+	if n := counterValue(t, reg, "relevance_proxy_rejected_total"); n != 0 {
+		t.Errorf("rejected_total %v for an admitted request", n)
+	}
+}
+
+// counterValue sums every series of a counter family in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
