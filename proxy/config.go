@@ -151,7 +151,8 @@ type OutlierConfig struct {
 	BaseEjection time.Duration `yaml:"base_ejection" json:"base_ejection"`
 	MaxEjection  time.Duration `yaml:"max_ejection" json:"max_ejection"`
 	// MaxEjectionPercent bounds the share of nodes ejected at once (at least one node may always
-	// be ejected when there are two or more). Default 50.
+	// be ejected when there are two or more). Default 10, as Envoy's: detection must never take
+	// a loaded cluster's capacity away wholesale.
 	MaxEjectionPercent int `yaml:"max_ejection_percent" json:"max_ejection_percent"`
 }
 
@@ -227,7 +228,7 @@ func DefaultConfig() Config {
 		Hedge:     HedgeConfig{Quantile: 0.95, MinDelay: 2 * time.Millisecond, MinSamples: 20},
 		Admission: AdmissionConfig{Headroom: 1, MinSamples: 10, MarginQuantile: 0.9},
 		Outlier: OutlierConfig{ConsecutiveSlow: 3, SlowFactor: 3, SlowMin: 50 * time.Millisecond,
-			BaseEjection: time.Second, MaxEjection: 30 * time.Second, MaxEjectionPercent: 50},
+			BaseEjection: time.Second, MaxEjection: 30 * time.Second, MaxEjectionPercent: 10},
 		Cost: CostConfig{
 			TokenCounter: TokensEstimate,
 			// The calibrated profile of the default `small` model, one thread per node

@@ -364,7 +364,7 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slo
 		l.Done(verdict)
 	}
 	now := time.Now()
-	d.outlier(ctx, l, err, el, slow, now)
+	d.outlier(ctx, l, err, el, slow, now, t0)
 	switch {
 	case err == nil:
 		n.Succeeded()
@@ -396,15 +396,22 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slo
 // slow; slow when the node itself refused the batch for its deadline (its own estimate says it
 // cannot do what the plan projected) or the request's deadline passed with the call running
 // beyond its projected finish. Cancellations and other failures are the breaker's.
-func (d *Dispatcher) outlier(ctx context.Context, l *plan.Lease, err error, el time.Duration, slow *atomic.Bool, now time.Time) {
+func (d *Dispatcher) outlier(ctx context.Context, l *plan.Lease, err error, el time.Duration, slow *atomic.Bool, now, start time.Time) {
 	switch {
 	case err == nil:
 		if !slow.Load() {
 			d.cluster.ReportOK(l.Node, now, ratio(el, l.Finish))
 		}
 	case status.Code(err) == codes.DeadlineExceeded && (ctx.Err() == nil || el.Seconds() > l.Finish+d.cfg.SlowMin.Seconds()):
-		if slow.CompareAndSwap(false, true) {
-			// A refusal comes fast but means the node is far slower than projected.
+		// A refusal (the node's own estimate says the batch cannot make the deadline) is
+		// evidence against the node only when the plan had left it ample slack — at most half
+		// the time left projected: then the node is far slower than it is believed to be (the
+		// black hole of a slowed node). A refusal of a batch the plan already knew was tight is
+		// the node being busy, which is load, not a fault: counted as slow, every node of a
+		// loaded cluster would be ejected in turn.
+		dl, ok := ctx.Deadline()
+		tight := ctx.Err() == nil && ok && 2*l.Finish > dl.Sub(start).Seconds()
+		if !tight && slow.CompareAndSwap(false, true) {
 			d.cluster.ReportSlow(l.Node, now, max(ratio(el, l.Finish), d.cfg.SlowFactor))
 		}
 		// A miss is a lower bound on the batch's latency: it keeps the projections' error honest
