@@ -23,6 +23,7 @@ func TestAdmissionTriesAFasterPlan(t *testing.T) {
 	cfg.Split.MaxBatchItems = 64
 	cfg.Admission.MinSamples = 0
 	cfg.Admission.MarginQuantile = 0
+	cfg.Admission.Replan = true
 	p, reg := startProxy(t, cfg)
 	req := &relevancev1.ScoreRequest{Query: "q"}
 	for range 32 {

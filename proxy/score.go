@@ -12,6 +12,7 @@ import (
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/dispatch"
 	"github.com/relevance-scoring/relevance/proxy/merge"
+	"github.com/relevance-scoring/relevance/proxy/plan"
 	"github.com/relevance-scoring/relevance/proxy/request"
 )
 
@@ -68,11 +69,14 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 
 	dl, _ := ctx.Deadline()
 	if err := p.admitter.Admit(pl, time.Until(dl)); err != nil {
-		// Before refusing, the plan that finishes this request first (more, smaller batches): at
-		// moderate load the largest requests' economical plans land just past the budget while
-		// a faster one fits.
+		// Before refusing, optionally (admission.replan), the plan that finishes this request
+		// first (more, smaller batches): at moderate load the largest requests' economical plans
+		// land just past the budget while a faster one fits.
 		pl.Release()
-		urgent := p.planner.Urgent(sub, reqID, fp)
+		var urgent *plan.Plan
+		if p.cfg.Admission.Replan {
+			urgent = p.planner.Urgent(sub, reqID, fp)
+		}
 		if urgent == nil || len(urgent.Batches) <= len(pl.Batches) || p.admitter.Admit(urgent, time.Until(dl)) != nil {
 			if urgent != nil {
 				urgent.Release()

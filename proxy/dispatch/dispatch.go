@@ -376,7 +376,9 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slo
 		}
 		n.Remember(b.PrefixKey, resp.GetStats().GetPrefixCached())
 		observe(d.m.BatchDuration, el.Seconds())
-		d.record(l, el)
+		if !slow.Load() {
+			d.record(l, el)
+		}
 		pred := l.Predicted
 		if resp.GetStats().GetPrefixCached() {
 			pred -= l.Coeffs.Seconds(costmodel.PrefixFeatures(b.PrefixTokens))
@@ -415,8 +417,12 @@ func (d *Dispatcher) outlier(ctx context.Context, l *plan.Lease, err error, el t
 			d.cluster.ReportSlow(l.Node, now, max(ratio(el, l.Finish), d.cfg.SlowFactor))
 		}
 		// A miss is a lower bound on the batch's latency: it keeps the projections' error honest
-		// (only answered batches would bias it low).
-		d.record(l, el)
+		// (only answered batches would bias it low) — unless the node was counted slow: a broken
+		// node's batches are outlier detection's business, and in the window they would inflate
+		// every request's admission margin.
+		if !slow.Load() {
+			d.record(l, el)
+		}
 	}
 }
 
