@@ -111,9 +111,10 @@ type candList struct {
 	work  Work
 }
 
-func (c candList) Len() int           { return len(c.nodes) }
-func (c candList) Load(i int) float64 { return c.nodes[i].Load(c.now) }
-func (c candList) Cost(i int) float64 { return c.nodes[i].Coeffs().Seconds(c.work.On(c.nodes[i])) }
+func (c candList) Len() int               { return len(c.nodes) }
+func (c candList) Load(i int) float64     { return c.nodes[i].Load(c.now) }
+func (c candList) Cost(i int) float64     { return c.nodes[i].Coeffs().Seconds(c.work.On(c.nodes[i])) }
+func (c candList) BaseCost(i int) float64 { return c.nodes[i].Coeffs().Seconds(c.work.Features) }
 
 // Place picks a node for work w among the eligible nodes not in exclude, takes a breaker permit
 // and charges the batch to the node. When every breaker refuses it falls back to the node that

@@ -39,9 +39,11 @@ func (s Slice) Load(i int) float64 { return s[i] }
 
 // Costed is implemented by Candidates that can price the batch being placed on each candidate:
 // Cost(i) is its predicted seconds on candidate i (lower where the node already holds the batch's
-// prefix, or is faster). Strategies that weigh cost against load assert it.
+// prefix, or is faster); BaseCost(i) the same without the prefix credit (the node's speed alone).
+// Strategies that weigh cost against load assert it.
 type Costed interface {
 	Cost(i int) float64
+	BaseCost(i int) float64
 }
 
 // Costs is a Candidates over loads and costs (tests, benchmarks).
@@ -55,6 +57,9 @@ func (c Costs) Load(i int) float64 { return c.Loads[i] }
 
 // Cost implements Costed.
 func (c Costs) Cost(i int) float64 { return c.Costs[i] }
+
+// BaseCost implements Costed (no prefix credit here).
+func (c Costs) BaseCost(i int) float64 { return c.Costs[i] }
 
 // ArgMin is the pick of the least-loaded family: the index in [0, n) with the least f, ties
 // broken uniformly at random (reservoir sampling over the tied minimum) when n ≤ fullScanMax;

@@ -1,5 +1,6 @@
 // Package leastloaded picks the candidate with the least outstanding estimated work (seconds),
-// as Candidates.Load reports it. Up to FullScanMax candidates it scans them all and breaks ties
+// as Candidates.Load reports it, plus the batch's own cost there when the proxy prices it per node
+// (route.Costed): the earliest finish. Up to FullScanMax candidates it scans them all and breaks ties
 // uniformly at random (reservoir sampling over the tied minimum); above that it uses the power of
 // two choices (Mitzenmacher): two distinct random candidates, the less loaded wins (a random one
 // on a tie), which keeps O(1) picks and avoids every proxy herding onto the same node.
@@ -36,7 +37,15 @@ func New(fullScanMax int, rnd route.Rand) *Picker {
 	return &Picker{rnd: rnd, fullScanMax: fullScanMax}
 }
 
-// Pick implements route.Picker.
+// Pick implements route.Picker: the least Load(i), plus the batch's cost on candidate i when the
+// candidates are route.Costed (BaseCost: its speed, no prefix credit) — the node that finishes the
+// batch first. On equal nodes that is the least loaded; a node learned to be 3× slower gets a batch
+// only where it still finishes first, instead of every batch while it looks idle (whose projected
+// finish then made admission refuse the whole request).
 func (p *Picker) Pick(c route.Candidates) int {
-	return route.ArgMin(c.Len(), c.Load, p.rnd, p.fullScanMax)
+	finish := c.Load
+	if cc, ok := c.(route.Costed); ok {
+		finish = func(i int) float64 { return c.Load(i) + cc.BaseCost(i) }
+	}
+	return route.ArgMin(c.Len(), finish, p.rnd, p.fullScanMax)
 }
