@@ -72,8 +72,9 @@ type SplitConfig struct {
 
 // RouteConfig chooses how a batch picks its node.
 type RouteConfig struct {
-	// Strategy is "least_loaded" (default), "prefix_affinity" (least projected finish, crediting a
-	// node that holds the query prefix in its cache), "round_robin" or "random".
+	// Strategy is "least_loaded" (default: the earliest projected finish — the node's outstanding
+	// work plus the batch's cost there), "prefix_affinity" (the same, crediting a node that holds
+	// the query prefix in its cache), "round_robin" or "random".
 	Strategy string `yaml:"strategy" json:"strategy"`
 	// FullScanMax: least_loaded scans all candidates up to this many, then uses the power of two
 	// choices. Default 64: a scan of 16–64 atomic loads costs well under a microsecond, and two
