@@ -260,19 +260,23 @@ func (n *Node) seed(cm *relevancev1.CostModel) {
 	n.coeffs.Store(&c)
 }
 
+// setHealthy records the node's health and calls changed when it changed. A node that loses it
+// is forgotten as a prefix holder: when it comes back it may have restarted with an empty cache.
+func (n *Node) setHealthy(v bool, changed func()) {
+	if n.healthy.Swap(v) != v {
+		if !v {
+			n.prefixes.clear()
+		}
+		changed()
+	}
+}
+
 // watchHealth follows grpc.health.v1 Watch for the whole server ("") until ctx ends,
 // re-establishing the stream with backoff. A node without the health service counts as healthy.
 func (n *Node) watchHealth(ctx context.Context, changed func()) {
 	hc := healthpb.NewHealthClient(n.conn)
 	retry := 50 * time.Millisecond
-	set := func(v bool) {
-		if n.healthy.Swap(v) != v {
-			if !v {
-				n.prefixes.clear() // a node that comes back may have restarted with an empty cache
-			}
-			changed()
-		}
-	}
+	set := func(v bool) { n.setHealthy(v, changed) }
 	for ctx.Err() == nil {
 		stream, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
 		if err == nil {
@@ -328,9 +332,6 @@ func (f *atomicFloat) Store(v float64) { f.bits.Store(math.Float64bits(v)) }
 
 // Addr is the node's address (host:port).
 func (n *Node) Addr() string { return n.addr }
-
-// Client is the node's ScoreBatch client.
-func (n *Node) Client() relevancev1.ScorerClient { return n.client }
 
 // Healthy reports the node's last grpc.health.v1 status (SERVING).
 func (n *Node) Healthy() bool { return n.healthy.Load() }
@@ -448,12 +449,7 @@ func (n *Node) pollBackend(ctx context.Context, changed func()) {
 		if ctx.Err() != nil {
 			return
 		}
-		if n.healthy.Swap(ok) != ok {
-			if !ok {
-				n.prefixes.clear()
-			}
-			changed()
-		}
+		n.setHealthy(ok, changed)
 		select {
 		case <-ctx.Done():
 			return

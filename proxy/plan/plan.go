@@ -241,20 +241,13 @@ func (p *Plan) IdleFinish() float64 {
 
 // Imbalance is max/mean of the batches' projected finish: 1 is perfect (and for < 2 batches).
 func (p *Plan) Imbalance() float64 {
-	if len(p.Batches) < 2 {
-		return 1
-	}
-	var sum, mx float64
-	for _, b := range p.Batches {
+	ends := make([]float64, len(p.Batches))
+	for i, b := range p.Batches {
 		if b.Lease != nil {
-			sum += b.Lease.Finish
-			mx = max(mx, b.Lease.Finish)
+			ends[i] = b.Lease.Finish
 		}
 	}
-	if sum <= 0 {
-		return 1
-	}
-	return mx / (sum / float64(len(p.Batches)))
+	return split.MaxOverMean(ends)
 }
 
 // Release gives back every lease of the plan (a rejected request).

@@ -79,17 +79,26 @@ func BatchOverhead(c costmodel.Coeffs, prefix int) float64 {
 // Imbalance is max/mean of the batches' projected completion (Start + Cost): 1 is perfect. It
 // is 1 for fewer than two batches and for batches that all cost nothing.
 func Imbalance(bs []Batch) float64 {
-	if len(bs) < 2 {
+	ends := make([]float64, len(bs))
+	for i, b := range bs {
+		ends[i] = b.Start + b.Cost
+	}
+	return MaxOverMean(ends)
+}
+
+// MaxOverMean is the imbalance of completion times: max/mean, 1 for fewer than two and for all
+// zero.
+func MaxOverMean(ts []float64) float64 {
+	if len(ts) < 2 {
 		return 1
 	}
 	var sum, maxv float64
-	for _, b := range bs {
-		t := b.Start + b.Cost
+	for _, t := range ts {
 		sum += t
 		maxv = math.Max(maxv, t)
 	}
 	if sum <= 0 {
 		return 1
 	}
-	return maxv / (sum / float64(len(bs)))
+	return maxv / (sum / float64(len(ts)))
 }

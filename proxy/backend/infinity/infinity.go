@@ -69,16 +69,7 @@ var (
 
 // New connects to the Infinity server spec names (spec.Kind "" or "infinity").
 func New(spec backend.Spec) (*Backend, error) {
-	if spec.Kind == "" {
-		spec.Kind = backend.KindInfinity
-	}
-	if err := spec.Validate(); err != nil {
-		return nil, err
-	}
-	if spec.Kind != backend.KindInfinity {
-		return nil, wire.KindError(backend.KindInfinity, spec.Kind)
-	}
-	c, err := wire.NewClient(spec)
+	c, spec, err := wire.Open(backend.KindInfinity, spec)
 	if err != nil {
 		return nil, err
 	}

@@ -69,22 +69,14 @@ var (
 
 // New connects to the llama.cpp server spec names (spec.Kind "" or "llamacpp").
 func New(spec backend.Spec) (*Backend, error) {
-	if spec.Kind == "" {
-		spec.Kind = backend.KindLlamaCpp
-	}
-	if err := spec.Validate(); err != nil {
-		return nil, err
-	}
-	if spec.Kind != backend.KindLlamaCpp {
-		return nil, wire.KindError(backend.KindLlamaCpp, spec.Kind)
-	}
-	if spec.Template == backend.TemplateProxy {
-		return nil, fmt.Errorf("template: llamacpp supports only %q (llama-server renders the GGUF's rerank template, and without one it tokenizes the proxy's prompt markers as plain text), got %q",
-			backend.TemplateServer, spec.Template)
-	}
-	c, err := wire.NewClient(spec)
+	c, spec, err := wire.Open(backend.KindLlamaCpp, spec)
 	if err != nil {
 		return nil, err
+	}
+	if spec.Template == backend.TemplateProxy {
+		c.Close()
+		return nil, fmt.Errorf("template: llamacpp supports only %q (llama-server renders the GGUF's rerank template, and without one it tokenizes the proxy's prompt markers as plain text), got %q",
+			backend.TemplateServer, spec.Template)
 	}
 	return &Backend{c: c, limits: spec.LimitsOr(backend.Limits{MaxItemTokens: DefaultMaxItemTokens}), model: spec.Model}, nil
 }

@@ -62,16 +62,7 @@ var (
 
 // New connects to the SGLang server spec names (spec.Kind "" or "sglang").
 func New(spec backend.Spec) (*Backend, error) {
-	if spec.Kind == "" {
-		spec.Kind = backend.KindSGLang
-	}
-	if err := spec.Validate(); err != nil {
-		return nil, err
-	}
-	if spec.Kind != backend.KindSGLang {
-		return nil, wire.KindError(backend.KindSGLang, spec.Kind)
-	}
-	c, err := wire.NewClient(spec)
+	c, spec, err := wire.Open(backend.KindSGLang, spec)
 	if err != nil {
 		return nil, err
 	}

@@ -60,16 +60,7 @@ var (
 
 // New connects to the TEI server spec names (spec.Kind "" or "tei").
 func New(spec backend.Spec) (*Backend, error) {
-	if spec.Kind == "" {
-		spec.Kind = backend.KindTEI
-	}
-	if err := spec.Validate(); err != nil {
-		return nil, err
-	}
-	if spec.Kind != backend.KindTEI {
-		return nil, wire.KindError(backend.KindTEI, spec.Kind)
-	}
-	c, err := wire.NewClient(spec)
+	c, spec, err := wire.Open(backend.KindTEI, spec)
 	if err != nil {
 		return nil, err
 	}

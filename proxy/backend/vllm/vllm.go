@@ -73,16 +73,7 @@ var (
 
 // New connects to the vLLM server spec names (spec.Kind "" or "vllm").
 func New(spec backend.Spec) (*Backend, error) {
-	if spec.Kind == "" {
-		spec.Kind = backend.KindVLLM
-	}
-	if err := spec.Validate(); err != nil {
-		return nil, err
-	}
-	if spec.Kind != backend.KindVLLM {
-		return nil, wire.KindError(backend.KindVLLM, spec.Kind)
-	}
-	c, err := wire.NewClient(spec)
+	c, spec, err := wire.Open(backend.KindVLLM, spec)
 	if err != nil {
 		return nil, err
 	}

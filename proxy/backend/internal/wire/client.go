@@ -40,6 +40,22 @@ type Client struct {
 	timeout time.Duration
 }
 
+// Open is every HTTP kind's constructor prologue: spec's kind defaults to kind ("") and must be
+// it, spec must validate, and the client is built. It returns the spec with its kind filled in.
+func Open(kind string, spec backend.Spec) (*Client, backend.Spec, error) {
+	if spec.Kind == "" {
+		spec.Kind = kind
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, spec, err
+	}
+	if spec.Kind != kind {
+		return nil, spec, KindError(kind, spec.Kind)
+	}
+	c, err := NewClient(spec)
+	return c, spec, err
+}
+
 // NewClient builds the client for spec (an HTTP kind; spec.Validate has passed).
 func NewClient(spec backend.Spec) (*Client, error) {
 	base, err := backend.BaseURL(spec.Addr)
