@@ -52,7 +52,10 @@ type Config struct {
 	QKVBias *bool `json:"qkv_bias,omitempty"`
 
 	// MoE (Qwen3-MoE, Qwen2-MoE).
-	NumExperts                   int   `json:"num_experts,omitempty"`
+	NumExperts int `json:"num_experts,omitempty"`
+	// NumLocalExperts is how transformers 5 writes num_experts for Qwen3-MoE (its config maps
+	// the one name to the other); Defaults folds it into NumExperts.
+	NumLocalExperts              int   `json:"num_local_experts,omitempty"`
 	NumExpertsPerTok             int   `json:"num_experts_per_tok,omitempty"`
 	MoEIntermediateSize          int   `json:"moe_intermediate_size,omitempty"`
 	NormTopKProb                 bool  `json:"norm_topk_prob"`
@@ -113,6 +116,9 @@ func (c *Config) Defaults() {
 	}
 	if c.HeadDim == 0 && c.NumAttentionHeads > 0 {
 		c.HeadDim = c.HiddenSize / c.NumAttentionHeads
+	}
+	if c.NumExperts == 0 {
+		c.NumExperts = c.NumLocalExperts
 	}
 	// MoE sizes default to the transformers config classes' values.
 	switch c.Arch() {
@@ -200,6 +206,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DecoderSparseStep < 1 {
 		return fmt.Errorf("config.json: decoder_sparse_step: must be ≥ 1, got %d", c.DecoderSparseStep)
+	}
+	if c.NumLocalExperts > 0 && c.NumLocalExperts != c.NumExperts {
+		return fmt.Errorf("config.json: num_experts %d and num_local_experts %d disagree", c.NumExperts, c.NumLocalExperts)
 	}
 	if c.Arch() == ArchQwen3 && c.NumExperts > 0 {
 		return fmt.Errorf("config.json: num_experts: %s is dense, got %d", ArchQwen3, c.NumExperts)

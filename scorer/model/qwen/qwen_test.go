@@ -289,6 +289,14 @@ func TestParseConfig(t *testing.T) {
 	if err != nil || c.RopeTheta != 500 || !c.HasQKVBias() || c.HasOBias() || c.HasQKNorm() || c.HeadDim != 8 || c.SharedExpertIntermediateSize != 5632 {
 		t.Fatalf("qwen2_moe: %+v, %v", c, err)
 	}
+	// transformers 5 writes Qwen3-MoE's expert count as num_local_experts.
+	c, err = ParseConfig([]byte(`{"architectures":["Qwen3MoeForCausalLM"],` + good + `,"num_local_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":8}`))
+	if err != nil || c.NumExperts != 4 {
+		t.Fatalf("num_local_experts: %+v, %v", c, err)
+	}
+	if _, err = ParseConfig([]byte(`{"architectures":["Qwen3MoeForCausalLM"],` + good + `,"num_experts":8,"num_local_experts":4}`)); err == nil {
+		t.Fatal("num_experts 8 with num_local_experts 4 was accepted")
+	}
 }
 
 func TestSparseLayers(t *testing.T) {
