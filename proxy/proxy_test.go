@@ -236,9 +236,17 @@ func TestValidation(t *testing.T) {
 	}
 }
 
+// cheapCost is a fake node's cost for tests where the proxy must price a node it has never
+// heard from (by its prior) like the nodes it has (by their replies): the nodes cost it and
+// the proxy's prior says it. (A zero-cost node still reports its passes' measured time.)
+var cheapCost = costmodel.Coeffs{A: 2e-6, B: 2e-10, C: 1e-4}
+
 func TestFailingNodeBreakerOpensAndRecovers(t *testing.T) {
-	nodes := startNodes(t, 3, fakenode.Options{})
+	// The nodes cost what the proxy's prior says: the failing node never answers, so the proxy
+	// knows it by the prior alone, and by the nodes' own reports the others.
+	nodes := startNodes(t, 3, fakenode.Options{Coeffs: cheapCost})
 	cfg := testConfig(nodes.Addrs())
+	cfg.Cost.Prior = cheapCost
 	cfg.Retry.BudgetBurst = 1000
 	cfg.Breaker.OpenTimeout = 300 * time.Millisecond
 	p, reg := startProxy(t, cfg)
@@ -334,8 +342,12 @@ func TestAllNodesDown(t *testing.T) {
 }
 
 func TestUnhealthyNodeSkippedThenBack(t *testing.T) {
-	nodes := startNodes(t, 2, fakenode.Options{})
-	p, _ := startProxy(t, testConfig(nodes.Addrs()))
+	// The nodes cost what the proxy's prior says: node 0 is unhealthy before it is ever called, so
+	// the proxy knows it by the prior alone, and by the node's own reports the other.
+	nodes := startNodes(t, 2, fakenode.Options{Coeffs: cheapCost})
+	cfg := testConfig(nodes.Addrs())
+	cfg.Cost.Prior = cheapCost
+	p, _ := startProxy(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	nodes[0].SetServing(false)

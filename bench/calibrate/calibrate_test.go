@@ -101,7 +101,9 @@ func TestFitNonNegative(t *testing.T) {
 
 // TestCalibrateFakeNode runs the whole tool against an in-process node with a known cost.
 func TestCalibrateFakeNode(t *testing.T) {
-	truth := costmodel.Coeffs{A: 4e-6, B: 5e-9, C: 1e-3}
+	// Passes of 14–260 ms: the node measures its passes, and a fake one's timer is late by up to
+	// a millisecond or so, which must stay small against them.
+	truth := costmodel.Coeffs{A: 4e-5, B: 5e-8, C: 1e-2}
 	n, err := fakenode.Start(fakenode.Options{Coeffs: truth})
 	if err != nil {
 		t.Fatal(err)
@@ -122,10 +124,11 @@ func TestCalibrateFakeNode(t *testing.T) {
 	if res.Profile.Samples != len(shapes) || !res.Emulated || res.Profile.Model != "fakenode" || res.Profile.Machine == "" {
 		t.Errorf("profile %+v emulated %v", res.Profile, res.Emulated)
 	}
-	// The fake node reports exactly the formula's time: the fit must recover it.
-	within(t, "a", res.Profile.A, truth.A, 0.01)
-	within(t, "b", res.Profile.B, truth.B, 0.01)
-	within(t, "c", res.Profile.C, truth.C, 0.01)
+	// The fake node's passes take the formula's time plus its timer's lateness (3–12 % off in
+	// a, b and c on a loaded machine): the fit must recover the formula near enough.
+	within(t, "a", res.Profile.A, truth.A, 0.2)
+	within(t, "b", res.Profile.B, truth.B, 0.2)
+	within(t, "c", res.Profile.C, truth.C, 0.2)
 	if err := res.Profile.Validate(); err != nil {
 		t.Error(err)
 	}

@@ -2,65 +2,73 @@ package fakenode
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"log/slog"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/relevance-scoring/relevance/costmodel"
-	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/scorer"
-	"github.com/relevance-scoring/relevance/scorer/node"
 )
 
-// startRealNode runs the real scorer/node server over a scripted engine.
-func startRealNode(t *testing.T, e *ScriptedEngine) *node.Node {
-	t.Helper()
-	cfg := node.Default()
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.Engine, cfg.Model = "127.0.0.1:0", "127.0.0.1:0", node.EngineReal, "fakenode"
-	n, err := node.New(cfg, func(context.Context) (scorer.Engine, error) { return e, nil },
-		node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
+// TestCostPriorFitsTheLatency: the node starts from the scripted cost, so that its deadline check
+// and reported load agree with what its passes take; a latency function is fitted.
+func TestCostPriorFitsTheLatency(t *testing.T) {
+	truth := costmodel.Coeffs{A: 4e-6, B: 5e-9, C: 1e-3}
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want costmodel.Coeffs
+	}{
+		{"coeffs", Options{Coeffs: truth}, truth},
+		{"constant latency", Options{Latency: func(Batch) time.Duration { return 300 * time.Millisecond }}, costmodel.Coeffs{C: 0.3}},
+		{"formula as latency", Options{Latency: func(b Batch) time.Duration {
+			return secondsToDuration(truth.Seconds(costmodel.BatchFeatures(b.PrefixTokens, b.ItemTokens, false)))
+		}}, truth},
+		{"zero latency", Options{Latency: func(Batch) time.Duration { return 0 }, Coeffs: truth}, costmodel.Coeffs{}},
+	} {
+		p := NewScriptedEngine(tc.opts).CostPrior()
+		got := p.Coeffs
+		for _, c := range []struct {
+			name      string
+			got, want float64
+		}{{"a", got.A, tc.want.A}, {"b", got.B, tc.want.B}, {"c", got.C, tc.want.C}} {
+			if math.Abs(c.got-c.want) > 1e-3*c.want+1e-15 {
+				t.Errorf("%s: %s = %g, want %g", tc.name, c.name, c.got, c.want)
+			}
+		}
+		if p.Source != scorer.CostSourceConfig {
+			t.Errorf("%s: source %q", tc.name, p.Source)
+		}
 	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
-	<-n.Loaded()
-	return n
 }
 
-// TestScriptedEngineUnderRealNode: the real node serves the scripted engine's times and
-// scores. Scores go through the node's float32 logit → sigmoid, so they match Score to about
-// 1e-6, not bit for bit (see the package doc's note on what the switch to the real node needs).
-func TestScriptedEngineUnderRealNode(t *testing.T) {
-	e := NewScriptedEngine(Options{Latency: func(Batch) time.Duration { return 20 * time.Millisecond }, Coeffs: costmodel.Coeffs{C: 0.02}})
-	n := startRealNode(t, e)
-	cc := dial(t, &Node{addr: n.GRPCAddr()})
-	c := relevancev1.NewScorerClient(cc)
-	var texts []string
-	for i := range 200 {
-		texts = append(texts, fmt.Sprintf("item text %d", i))
-	}
-	start := time.Now()
-	resp, err := c.ScoreBatch(context.Background(), batch(texts...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if el := time.Since(start); el < 20*time.Millisecond {
-		t.Errorf("pass took %v, want ≥ the scripted 20ms", el)
-	}
-	exact := 0
-	for i, s := range resp.GetScores() {
-		want := Score("q", texts[i])
-		if d := float64(s.GetScore() - want); d > 1e-6 || d < -1e-6 {
-			t.Errorf("item %d: score %v, want %v", i, s.GetScore(), want)
+// TestMergedPass: a pass over several groups takes the sum of their times on a serial node, the
+// longest with Parallel; each group is scored by the model that tokenized it.
+func TestMergedPass(t *testing.T) {
+	lat := func(b Batch) time.Duration { return time.Duration(len(b.ItemTokens)) * 10 * time.Millisecond }
+	for _, tc := range []struct {
+		parallel bool
+		want     time.Duration
+	}{{false, 30 * time.Millisecond}, {true, 20 * time.Millisecond}} {
+		e := NewScriptedEngine(Options{Latency: lat, Parallel: tc.parallel})
+		b := e.WithModel("fp", 0.25)
+		g1, _ := e.Tokenize("", "q", []string{"a"}, scorer.TokenizeOptions{})
+		g2, _ := b.Tokenize("", "q", []string{"b", "c"}, scorer.TokenizeOptions{})
+		st, err := e.Forward(context.Background(), []*scorer.Group{g1, g2}) // the loaded engine runs b's groups too
+		if err != nil {
+			t.Fatal(err)
 		}
-		if s.GetScore() == want {
-			exact++
+		if st.Duration != tc.want {
+			t.Errorf("parallel %v: pass of 10ms and 20ms took %v, want %v", tc.parallel, st.Duration, tc.want)
+		}
+		if got := sigmoid(g1.Logits[0]); got != Score("q", "a") {
+			t.Errorf("score %v, want %v", got, Score("q", "a"))
+		}
+		if got, want := sigmoid(g2.Logits[1]), min(Score("q", "c")+0.25, 1-1e-6); math.Abs(float64(got-want)) > 1e-5 {
+			t.Errorf("shifted score %v, want %v", got, want)
+		}
+		if b.Batches() != 2 || b.Items() != 3 || b.Info().Fingerprint != "fp" || e.Info().Fingerprint != "" {
+			t.Errorf("batches %d items %d fingerprints %q %q", b.Batches(), b.Items(), b.Info().Fingerprint, e.Info().Fingerprint)
 		}
 	}
-	t.Logf("%d of %d scores bit-exact after the node's logit → sigmoid", exact, len(texts))
 }

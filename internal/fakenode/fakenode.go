@@ -1,16 +1,27 @@
-// Package fakenode runs in-process fake scorer nodes for tests and benchmarks: a real gRPC server
-// on 127.0.0.1:0 serving relevance.v1.Scorer/ScoreBatch and grpc.health.v1, with no model.
+// Package fakenode runs in-process scorer nodes for tests and benchmarks: the real scorer/node
+// server (its gRPC relevance.v1.Scorer and grpc.health.v1 services, scheduler, validation,
+// deadline checks, cost model, BatchStats and NodeLoad) on 127.0.0.1:0, around ScriptedEngine,
+// an engine with no model whose passes take the time a test scripts. So proxy tests exercise the
+// node protocol as real nodes speak it.
 //
-// A fake node behaves like one single-device scorer: batches run one at a time in arrival order
-// (FIFO), each taking the time its cost function gives (by default the shared cost formula,
-// costmodel.Coeffs.Seconds of the batch's features, with token counts from a cheap counter). Its
-// replies carry BatchStats and NodeLoad like a real node's, so the proxy can learn from them.
-// Scores are a deterministic function of (query, text) (see Score), so tests can check merging.
+// A node behaves like one single-device scorer: the node's scheduler runs one pass at a time,
+// merging queued batches into one pass as a real node does; a batch takes the time its cost
+// function gives (by default the shared cost formula, costmodel.Coeffs.Seconds of the batch's
+// features, with token counts from a cheap counter), and a merged pass the sum of its batches'
+// (Options.Parallel: the longest). BatchStats carry what the node measured: the pass's wall time
+// (the scripted time plus the timer's lateness, a fraction of a millisecond; never 0, even on a
+// zero-cost node), shared among a merged pass's batches by their tokens. The node starts its
+// cost model from the scripted cost (see ScriptedEngine.CostPrior), so its deadline check
+// refuses at once a batch that cannot finish in time, as a real node does, and it reports its
+// learned model in NodeLoad. Scores are a deterministic function of (query, text) (see Score),
+// so tests can check merging.
 //
-// Tests steer a node while it runs: SetCost / SetLatency (slow node), FailNext / SetFailing
-// (failing node, any gRPC code), SetHang (a node that never answers until the call's deadline),
-// SetServing (health flips, seen by grpc.health.v1 Watch), SetReportedLoad (extra backlog in
-// NodeLoad), and read Calls / Batches. All methods are safe for concurrent use.
+// Tests steer a node while it runs: SetCost / SetLatency (slow node: the node learns it from its
+// passes), FailNext / SetFailing (failing node, any gRPC code), SetHang (a stalled device: passes
+// hold until their callers have gone), SetServing (health flips, seen by grpc.health.v1 Watch),
+// SetReportedLoad (extra backlog in NodeLoad), SetModel (another model, swapped in place), and
+// read Calls / Batches / Items. They go through the node's test hooks (node.Node.SetScript,
+// SetServing, SetEngine). All methods are safe for concurrent use.
 //
 //	n, err := fakenode.Start(fakenode.Options{Coeffs: costmodel.Coeffs{A: 1e-5, C: 1e-3}})
 //	defer n.Close()
@@ -21,20 +32,19 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"io"
+	"log/slog"
 	"math"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/relevance-scoring/relevance/costmodel"
-	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/scorer"
+	"github.com/relevance-scoring/relevance/scorer/node"
 )
 
 // Batch is what a cost or latency function sees of one incoming batch.
@@ -47,7 +57,7 @@ type Batch struct {
 // Options configures a fake node. The zero value is a zero-latency node that always succeeds.
 type Options struct {
 	// Coeffs is the node's true cost: each batch takes Coeffs.Seconds(BatchFeatures(...)) of
-	// compute (scaled by Scale). Zero: no compute time.
+	// compute. Zero: no compute time.
 	Coeffs costmodel.Coeffs
 	// Latency, when set, replaces Coeffs: the batch's compute time.
 	Latency func(Batch) time.Duration
@@ -57,11 +67,14 @@ type Options struct {
 	PrefixTokens int
 	// TailTokens is the template tail added to every item (0: 12).
 	TailTokens int
-	// Parallel lets batches run concurrently instead of one at a time (a node with no queue).
+	// Parallel makes batches run side by side instead of one after another: the node merges
+	// every queued batch into its next pass (no token budget), and a pass takes its longest
+	// batch's time. A batch then waits at most for the pass already running.
 	Parallel bool
-	// ID is the node_id in replies (empty: the listen address).
+	// ID is the node_id in replies (empty: the node's default, host name and port).
 	ID string
-	// Addr is the address to listen on (empty: 127.0.0.1:0, a free loopback port).
+	// Addr is the gRPC address to listen on (empty: 127.0.0.1:0, a free loopback port). The
+	// node's HTTP port (/v1/status, /metrics) is always a free loopback port.
 	Addr string
 	// Fingerprint is the model fingerprint in replies (empty: none); SetModel changes it.
 	Fingerprint string
@@ -69,114 +82,98 @@ type Options struct {
 
 // Node is one running fake scorer node.
 type Node struct {
-	relevancev1.UnimplementedScorerServer
+	node   *node.Node
+	engine *ScriptedEngine
 
-	opts   Options
-	lis    net.Listener
-	srv    *grpc.Server
-	health *health.Server
-	addr   string
+	calls      atomic.Int64  // ScoreBatch calls received
+	reportLoad atomic.Uint64 // math.Float64bits of SetReportedLoad's seconds
 
-	mu          sync.Mutex
-	latency     func(Batch) time.Duration
-	coeffs      costmodel.Coeffs
-	failNext    int
-	failCode    codes.Code
-	failing     bool
-	hang        bool
-	extraLoad   float64
-	fingerprint string
-	scoreShift  float32 // added to every score: a "different model" (SetModel)
-	queuedCost  float64 // seconds of work admitted but not finished (FIFO backlog + running)
-	queued      int
-	inflight    int
-	serial      chan struct{} // one token: the "device"
-	hangRelease chan struct{} // closed by SetHang(false) to free hung calls
+	mu       sync.Mutex
+	failNext int
+	failCode codes.Code
+	failing  bool
 
-	calls   atomic.Int64 // ScoreBatch calls received
-	batches atomic.Int64 // batches answered successfully
-	items   atomic.Int64
-	closed  atomic.Bool
+	closeOnce sync.Once
 }
 
-// Start listens on 127.0.0.1:0 and serves until Close.
+// Start starts a node and returns once it serves (engine loaded, health SERVING); it serves
+// until Close.
 func Start(opts Options) (*Node, error) {
 	if err := opts.Coeffs.Validate(); err != nil {
 		return nil, fmt.Errorf("fakenode: %w", err)
 	}
-	if opts.Tokens == nil {
-		opts.Tokens = CountTokens
+	cfg := node.Default()
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.NodeID = opts.Addr, "127.0.0.1:0", opts.ID
+	if cfg.GRPCAddr == "" {
+		cfg.GRPCAddr = "127.0.0.1:0"
 	}
-	if opts.PrefixTokens <= 0 {
-		opts.PrefixTokens = 40
+	cfg.Engine, cfg.Model = node.EngineReal, "fakenode"
+	// Limits no test should meet (the old fake had none), and nothing that outlives a test or
+	// reaches beyond the node: no drain wait on Close, no start-up calibration (the engine's
+	// prior is its scripted cost), no process-wide memory limit.
+	cfg.MaxItems, cfg.MaxItemBytes, cfg.MaxQueueBatches = 1<<20, 1<<24, 1<<20
+	cfg.PrefixCacheBytes, cfg.DrainTimeout, cfg.Calibrate, cfg.MemoryLimit = 0, 0, false, -1
+	if opts.Parallel {
+		cfg.MaxBatchTokens = math.MaxInt32
 	}
-	if opts.TailTokens <= 0 {
-		opts.TailTokens = 12
-	}
-	if opts.Addr == "" {
-		opts.Addr = "127.0.0.1:0"
-	}
-	lis, err := net.Listen("tcp", opts.Addr)
+	n := &Node{engine: NewScriptedEngine(opts)}
+	nd, err := node.New(cfg, func(context.Context) (scorer.Engine, error) { return n.engine, nil },
+		node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
-		return nil, fmt.Errorf("fakenode: listen: %w", err)
+		return nil, fmt.Errorf("fakenode: %w", err)
 	}
-	n := &Node{
-		opts:        opts,
-		lis:         lis,
-		srv:         grpc.NewServer(),
-		health:      health.NewServer(),
-		addr:        lis.Addr().String(),
-		latency:     opts.Latency,
-		coeffs:      opts.Coeffs,
-		fingerprint: opts.Fingerprint,
-		serial:      make(chan struct{}, 1),
-		hangRelease: make(chan struct{}),
+	nd.SetScript(node.Script{OnCall: n.onCall, ReportedLoad: n.reportedLoad})
+	if err := nd.Start(); err != nil {
+		return nil, fmt.Errorf("fakenode: %w", err)
 	}
-	if n.opts.ID == "" {
-		n.opts.ID = n.addr
+	n.node = nd
+	<-nd.Loaded()
+	if err := nd.LoadErr(); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("fakenode: %w", err)
 	}
-	relevancev1.RegisterScorerServer(n.srv, n)
-	healthpb.RegisterHealthServer(n.srv, n.health)
-	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	n.health.SetServingStatus(relevancev1.Scorer_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	go func() { _ = n.srv.Serve(lis) }()
 	return n, nil
 }
 
-// Addr is the node's host:port.
-func (n *Node) Addr() string { return n.addr }
-
-// Close stops the server at once (in-flight calls fail) and is idempotent.
-func (n *Node) Close() {
-	if n.closed.Swap(true) {
-		return
-	}
-	n.health.Shutdown()
-	n.SetHang(false)
-	n.srv.Stop()
-}
-
-// SetModel swaps the node's "model": replies carry fingerprint fp and every score is shifted by
-// shift (clamped to (0, 1)), so that a test can tell which model scored an item.
-func (n *Node) SetModel(fp string, shift float32) {
+// onCall counts a call and fails it when a failure is scripted.
+func (n *Node) onCall() error {
+	n.calls.Add(1)
 	n.mu.Lock()
-	n.fingerprint, n.scoreShift = fp, shift
-	n.mu.Unlock()
+	defer n.mu.Unlock()
+	if !n.failing && n.failNext == 0 {
+		return nil
+	}
+	if n.failNext > 0 {
+		n.failNext--
+	}
+	return status.Errorf(n.failCode, "fakenode %s: injected failure", n.Addr())
 }
+
+func (n *Node) reportedLoad() float64 { return math.Float64frombits(n.reportLoad.Load()) }
+
+// Addr is the node's gRPC host:port.
+func (n *Node) Addr() string { return n.node.GRPCAddr() }
+
+// Close stops the node at once (in-flight calls fail) and is idempotent.
+func (n *Node) Close() {
+	n.closeOnce.Do(func() {
+		n.SetHang(false)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // no drain: stop now
+		_ = n.node.Shutdown(ctx)
+	})
+}
+
+// SetModel swaps the node's "model" in place: replies to later calls carry fingerprint fp and
+// every score they give is shifted by shift (clamped to (0, 1)), so that a test can tell which
+// model scored an item. A call already started answers wholly with the model it started with.
+func (n *Node) SetModel(fp string, shift float32) { n.node.SetEngine(n.engine.WithModel(fp, shift)) }
 
 // SetCost replaces the node's true cost coefficients (and clears any Latency function).
-func (n *Node) SetCost(c costmodel.Coeffs) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.coeffs, n.latency = c, nil
-}
+func (n *Node) SetCost(c costmodel.Coeffs) { n.engine.SetCost(c) }
 
 // SetLatency replaces the compute-time function (nil: back to the cost coefficients).
-func (n *Node) SetLatency(f func(Batch) time.Duration) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.latency = f
-}
+func (n *Node) SetLatency(f func(Batch) time.Duration) { n.engine.SetLatency(f) }
 
 // FailNext makes the next k calls fail at once with code (and a message saying so).
 func (n *Node) FailNext(k int, code codes.Code) {
@@ -192,48 +189,28 @@ func (n *Node) SetFailing(on bool, code codes.Code) {
 	n.failing, n.failCode = on, code
 }
 
-// SetHang makes calls block until their context ends (on) or releases every hung call and
-// lets new calls run normally (off).
-func (n *Node) SetHang(on bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if on == n.hang {
-		return
-	}
-	n.hang = on
-	if !on {
-		close(n.hangRelease)
-		n.hangRelease = make(chan struct{})
-	}
-}
+// SetHang stalls the node's device (on): every pass holds until its callers have all gone (their
+// contexts ended), and batches queue behind it. Off releases the held pass and lets later ones
+// run normally.
+func (n *Node) SetHang(on bool) { n.engine.SetHang(on) }
 
 // SetServing flips the grpc.health.v1 status of the node (both the "" service and
 // relevance.v1.Scorer). Calls are still served; only health watchers see the change.
-func (n *Node) SetServing(serving bool) {
-	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if serving {
-		st = healthpb.HealthCheckResponse_SERVING
-	}
-	n.health.SetServingStatus("", st)
-	n.health.SetServingStatus(relevancev1.Scorer_ServiceDesc.ServiceName, st)
-}
+func (n *Node) SetServing(serving bool) { n.node.SetServing(serving) }
 
 // SetReportedLoad adds seconds of phantom backlog to every reply's NodeLoad.queued_cost_seconds
-// (as if other proxies were sending work to this node).
-func (n *Node) SetReportedLoad(seconds float64) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.extraLoad = seconds
-}
+// (as if other proxies were sending work to this node). NaN and infinities are reported as they
+// are.
+func (n *Node) SetReportedLoad(seconds float64) { n.reportLoad.Store(math.Float64bits(seconds)) }
 
 // Calls is the number of ScoreBatch calls received (failed, hung and cancelled ones included).
 func (n *Node) Calls() int64 { return n.calls.Load() }
 
-// Batches is the number of batches answered successfully.
-func (n *Node) Batches() int64 { return n.batches.Load() }
+// Batches is the number of batches scored (by passes that completed).
+func (n *Node) Batches() int64 { return n.engine.Batches() }
 
-// Items is the number of items scored successfully.
-func (n *Node) Items() int64 { return n.items.Load() }
+// Items is the number of items scored (by passes that completed).
+func (n *Node) Items() int64 { return n.engine.Items() }
 
 // CountTokens is the fake nodes' default token counter: about one token per 4 bytes, at least
 // one per non-empty text. Cheap and deterministic; not a tokenizer.
@@ -244,160 +221,25 @@ func CountTokens(text string) int {
 	return (len(text) + 3) / 4
 }
 
-// Score is the deterministic score a fake node gives (query, text): a hash mapped into (0, 1).
-func Score(query, text string) float32 {
+// Score is the deterministic score a fake node gives (query, text), bit for bit: a hash mapped
+// into (0.001, 0.999), turned into a float32 logit (what the engine hands the node), and back
+// into a score by the node's logistic function.
+func Score(query, text string) float32 { return sigmoid(logit(query, text)) }
+
+// logit is the engine's logit for (query, text), whose sigmoid is Score.
+func logit(query, text string) float32 {
 	h := fnv.New64a()
 	h.Write([]byte(query))
 	h.Write([]byte{0})
 	h.Write([]byte(text))
 	// 53 bits → (0, 1), away from the ends so the logit stays finite in float32.
 	u := float64(h.Sum64()>>11) / float64(uint64(1)<<53)
-	return float32(0.001 + 0.998*u)
+	s := 0.001 + 0.998*u
+	return float32(math.Log(s / (1 - s)))
 }
 
-// ScoreBatch implements relevancev1.ScorerServer.
-func (n *Node) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchRequest) (*relevancev1.ScoreBatchResponse, error) {
-	n.calls.Add(1)
-	if len(req.GetItems()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "items: empty batch")
-	}
-	b := Batch{
-		Query:        req.GetQuery(),
-		PrefixTokens: n.opts.PrefixTokens + n.opts.Tokens(req.GetInstruction()) + n.opts.Tokens(req.GetQuery()),
-		ItemTokens:   make([]int, len(req.GetItems())),
-	}
-	for i, it := range req.GetItems() {
-		b.ItemTokens[i] = n.opts.Tokens(it.GetText()) + n.opts.TailTokens
-	}
-
-	n.mu.Lock()
-	if n.failing || n.failNext > 0 {
-		if n.failNext > 0 {
-			n.failNext--
-		}
-		code := n.failCode
-		n.mu.Unlock()
-		return nil, status.Errorf(code, "fakenode %s: injected failure", n.addr)
-	}
-	hang, release := n.hang, n.hangRelease
-	var compute time.Duration
-	if n.latency != nil {
-		compute = n.latency(b)
-	} else {
-		compute = secondsToDuration(n.coeffs.Seconds(costmodel.BatchFeatures(b.PrefixTokens, b.ItemTokens, false)))
-	}
-	if compute < 0 {
-		compute = 0
-	}
-	n.queuedCost += compute.Seconds()
-	n.queued++
-	n.mu.Unlock()
-
-	start := time.Now()
-	done := func() {
-		n.mu.Lock()
-		n.queuedCost -= compute.Seconds()
-		n.mu.Unlock()
-	}
-	if hang {
-		select {
-		case <-ctx.Done():
-			n.mu.Lock()
-			n.queued--
-			n.mu.Unlock()
-			done()
-			return nil, status.FromContextError(ctx.Err()).Err()
-		case <-release:
-		}
-	}
-	// Wait for the device (FIFO enough for tests: Go channels wake waiters in order).
-	if !n.opts.Parallel {
-		select {
-		case n.serial <- struct{}{}:
-		case <-ctx.Done():
-			n.mu.Lock()
-			n.queued--
-			n.mu.Unlock()
-			done()
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
-	}
-	queueWait := time.Since(start)
-	n.mu.Lock()
-	n.queued--
-	n.inflight++
-	n.mu.Unlock()
-	err := sleepCtx(ctx, compute)
-	if !n.opts.Parallel {
-		<-n.serial
-	}
-	n.mu.Lock()
-	n.inflight--
-	n.mu.Unlock()
-	done()
-	if err != nil {
-		return nil, status.FromContextError(err).Err()
-	}
-
-	n.mu.Lock()
-	fingerprint, shift := n.fingerprint, n.scoreShift
-	n.mu.Unlock()
-	resp := &relevancev1.ScoreBatchResponse{
-		Scores:           make([]*relevancev1.ItemScore, len(req.GetItems())),
-		NodeId:           n.opts.ID,
-		Model:            "fakenode",
-		ModelFingerprint: fingerprint,
-		Usage:            &relevancev1.Usage{PrefixTokens: uint64(b.PrefixTokens)},
-		Stats:            &relevancev1.BatchStats{QueueSeconds: queueWait.Seconds(), ComputeSeconds: compute.Seconds(), PrefixTokens: uint32(b.PrefixTokens), MergedBatches: 1, ForwardSeconds: compute.Seconds()},
-		Emulated:         true,
-	}
-	for i, it := range req.GetItems() {
-		s := min(max(Score(req.GetQuery(), it.GetText())+shift, 1e-6), 1-1e-6)
-		resp.Scores[i] = &relevancev1.ItemScore{
-			Index:  uint32(i),
-			Id:     it.GetId(),
-			Score:  s,
-			Logit:  float32(math.Log(float64(s) / (1 - float64(s)))),
-			Status: relevancev1.ItemStatus_ITEM_STATUS_OK,
-			Tokens: uint32(b.ItemTokens[i]),
-		}
-		resp.Usage.ItemTokens += uint64(b.ItemTokens[i])
-		resp.Usage.PromptTokens += uint64(b.PrefixTokens + b.ItemTokens[i])
-	}
-	resp.Stats.ItemTokens = resp.Usage.ItemTokens
-	resp.Stats.ForwardTokens = resp.Usage.ItemTokens + uint64(b.PrefixTokens)
-	n.mu.Lock()
-	resp.Load = &relevancev1.NodeLoad{
-		QueuedCostSeconds: math.Max(0, n.queuedCost) + n.extraLoad,
-		QueuedBatches:     uint32(n.queued),
-		InflightBatches:   uint32(n.inflight),
-	}
-	n.mu.Unlock()
-	n.batches.Add(1)
-	n.items.Add(int64(len(req.GetItems())))
-	return resp, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func secondsToDuration(s float64) time.Duration {
-	if !(s > 0) {
-		return 0
-	}
-	return time.Duration(s * float64(time.Second))
-}
+// sigmoid is the score of a logit exactly as scorer/node computes it for its replies.
+func sigmoid(l float32) float32 { return float32(1 / (1 + math.Exp(-float64(l)))) }
 
 // Cluster is a set of fake nodes started together.
 type Cluster []*Node

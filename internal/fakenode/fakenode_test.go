@@ -2,6 +2,9 @@ package fakenode
 
 import (
 	"context"
+	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,21 +71,54 @@ func TestScoreBatch(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("scores (-want +got):\n%s", d)
 	}
+	// The node measures the pass: the scripted time plus the timer's lateness.
 	st := resp.GetStats()
 	wantSec := costmodel.Coeffs{A: 1e-6, C: 1e-3}.Seconds(costmodel.BatchFeatures(41, []int{13, 14}, false))
-	if st.GetPrefixTokens() != 41 || st.GetItemTokens() != 27 || abs(st.GetComputeSeconds()-wantSec) > 1e-6 {
+	if st.GetPrefixTokens() != 41 || st.GetItemTokens() != 27 || st.GetComputeSeconds() < wantSec || st.GetComputeSeconds() > wantSec+0.1 {
 		t.Errorf("stats = %v, want prefix 41, items 27, compute %v", st, wantSec)
+	}
+	// The node's cost model starts from the scripted cost and is reported with the load.
+	if cm := resp.GetLoad().GetCostModel(); cm.GetA() <= 0 || cm.GetC() <= 0 || cm.GetSource() != "config" {
+		t.Errorf("reported cost model %v, want one started from a=1e-6, c=1e-3", cm)
+	}
+	if resp.GetModel() != "fakenode" || !resp.GetEmulated() {
+		t.Errorf("model %q emulated %v", resp.GetModel(), resp.GetEmulated())
 	}
 	if n.Calls() != 1 || n.Batches() != 1 || n.Items() != 2 {
 		t.Errorf("calls/batches/items = %d/%d/%d, want 1/1/2", n.Calls(), n.Batches(), n.Items())
 	}
 }
 
-func abs(x float64) float64 {
-	if x < 0 {
-		return -x
+// TestScoresBitExact: what the node replies is Score's value bit for bit, after the node's own
+// logit → score conversion; SetModel changes the fingerprint and shifts later scores.
+func TestScoresBitExact(t *testing.T) {
+	n := start(t, Options{Fingerprint: "model-a"})
+	c := relevancev1.NewScorerClient(dial(t, n))
+	var texts []string
+	for i := range 500 {
+		texts = append(texts, fmt.Sprintf("item text %d", i))
 	}
-	return x
+	resp, err := c.ScoreBatch(context.Background(), batch(texts...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range resp.GetScores() {
+		if want := Score("q", texts[i]); s.GetScore() != want {
+			t.Fatalf("item %d: score %v, want %v exactly", i, s.GetScore(), want)
+		}
+	}
+	if fp := resp.GetModelFingerprint(); fp != "model-a" {
+		t.Errorf("fingerprint %q, want model-a", fp)
+	}
+	n.SetModel("model-b", 0.25)
+	resp, err = c.ScoreBatch(context.Background(), batch(texts[:1]...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := min(Score("q", texts[0])+0.25, 1-1e-6)
+	if got := resp.GetScores()[0].GetScore(); resp.GetModelFingerprint() != "model-b" || math.Abs(float64(got-want)) > 1e-5 {
+		t.Errorf("after SetModel: fingerprint %q score %v, want model-b %v", resp.GetModelFingerprint(), got, want)
+	}
 }
 
 func TestFailures(t *testing.T) {
@@ -156,8 +192,51 @@ func TestSerialQueueAndLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := resp.GetLoad().GetQueuedCostSeconds(); got < 2 || got > 2.001 {
-		t.Errorf("reported load = %v, want 2 (phantom) + ~0", got)
+	if got := resp.GetLoad().GetQueuedCostSeconds(); got != 2 {
+		t.Errorf("reported load = %v, want 2 (phantom) + 0", got)
+	}
+	n.SetReportedLoad(math.NaN()) // a buggy node's report passes through as it is
+	if resp, err = c.ScoreBatch(context.Background(), batch("x")); err != nil || !math.IsNaN(resp.GetLoad().GetQueuedCostSeconds()) {
+		t.Errorf("reported load NaN: got %v, %v", resp.GetLoad().GetQueuedCostSeconds(), err)
+	}
+}
+
+func TestParallel(t *testing.T) {
+	n := start(t, Options{Latency: func(Batch) time.Duration { return 100 * time.Millisecond }, Parallel: true})
+	c := relevancev1.NewScorerClient(dial(t, n))
+	start := time.Now()
+	errc := make(chan error, 4)
+	for range 4 {
+		go func() {
+			_, err := c.ScoreBatch(context.Background(), batch("x"))
+			errc <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// At most two passes: the first batch's, and one with the batches that queued behind it.
+	if el := time.Since(start); el >= 350*time.Millisecond {
+		t.Errorf("4 batches of 100ms took %v on a parallel node, want well under 400ms", el)
+	}
+}
+
+// TestDeadlineCheck: the node knows the scripted cost, so it refuses at once a batch that cannot
+// finish before its deadline, as a real node does.
+func TestDeadlineCheck(t *testing.T) {
+	n := start(t, Options{Latency: func(Batch) time.Duration { return 2 * time.Second }})
+	c := relevancev1.NewScorerClient(dial(t, n))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := c.ScoreBatch(ctx, batch("x"))
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(status.Convert(err).Message(), "cannot finish") {
+		t.Errorf("2s batch with 1s left: %v, want the node's DeadlineExceeded", err)
+	}
+	if el := time.Since(start); el > 500*time.Millisecond {
+		t.Errorf("refused after %v, want at once", el)
 	}
 }
 

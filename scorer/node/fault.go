@@ -6,7 +6,8 @@ package node
 // bad device. Off by default: the route is then not registered (404) and the scheduler has no
 // hook. The faults act where a real device's would: a slowdown and a stall inside the
 // scheduler's pass (so later batches queue behind it, and the node's learned speed and every
-// NodeLoad see a slow device), a failure at the ScoreBatch call.
+// NodeLoad see a slow device), a failure at the ScoreBatch call. A test's in-process Script
+// (script.go) hooks in at the same places, plus the queued cost the node reports.
 
 import (
 	"context"
@@ -61,6 +62,8 @@ type faults struct {
 	log *slog.Logger
 	// sleep waits d or until ctx is done; tests replace it to run on a fake clock.
 	sleep func(ctx context.Context, d time.Duration) error
+
+	script Script // a test's hooks (SetScript): set before Start, read-only after
 
 	mu      sync.Mutex
 	f       Fault
@@ -145,10 +148,16 @@ func codeName(c codes.Code) string {
 	return b.String()
 }
 
-// failCall takes one of FailNext: the error to fail this ScoreBatch call with, or nil.
+// failCall takes one of FailNext: the error to fail this ScoreBatch call with, or nil. A
+// script's OnCall runs first, on every call.
 func (fl *faults) failCall() error {
 	if fl == nil {
 		return nil
+	}
+	if f := fl.script.OnCall; f != nil {
+		if err := f(); err != nil {
+			return err
+		}
 	}
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
@@ -157,6 +166,14 @@ func (fl *faults) failCall() error {
 	}
 	fl.f.FailNext--
 	return status.Errorf(fl.code, "injected fault (fail_next, %d left)", fl.f.FailNext)
+}
+
+// reportedLoad is a script's phantom backlog in seconds (0 without one).
+func (fl *faults) reportedLoad() float64 {
+	if fl == nil || fl.script.ReportedLoad == nil {
+		return 0
+	}
+	return fl.script.ReportedLoad()
 }
 
 // holdStall blocks while Stall is set, until it is cleared or ctx is done.

@@ -157,7 +157,7 @@ func (s *scheduler) load() loadSnapshot {
 		run = max(0, s.runEst-s.now().Sub(s.runStart).Seconds())
 	}
 	return loadSnapshot{
-		QueuedCostSeconds:  s.queuedCost,
+		QueuedCostSeconds:  s.queuedCost + s.fault.reportedLoad(), // a test script's phantom backlog
 		RunningCostSeconds: run,
 		QueuedBatches:      len(s.queue),
 		InflightBatches:    len(s.running),
