@@ -39,6 +39,11 @@ const attnRowBlock = 64
 //
 //	m = max(m₁, m₂),  out = (e^{m₁-m}·o₁ + e^{m₂-m}·o₂) / (e^{m₁-m}·l₁ + e^{m₂-m}·l₂).
 //
+// A row's result depends on its query, the prefix and its own sequence only: the prefix part
+// always runs over all PrefixLen keys in one product and is merged with the causal part the same
+// way, whether the prefix KV was computed in this pass or cached, and the GEMM gives each row the
+// same bits whatever block of rows it shares (see the package doc).
+//
 // Both parts run on the GEMM kernels (gemmRows) with the work spread over Threads() goroutines.
 // The keys and values are packed straight into the GEMM's panel layout in buffers of a pooled
 // per-call state, so a steady stream of calls allocates nothing on one thread (a few small

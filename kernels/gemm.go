@@ -14,7 +14,7 @@ import (
 // 16-k chunks of each 12-row micro-tile (one pointer, short offsets) and the next block of B is
 // prefetched into L2 during the last micro-tile rows of the current one; bf16 weights read A in
 // place (copied once to a padded stride when its rows are a multiple of 4 KB apart), or rounded
-// to bf16 once per call for the dot-product paths (AMX: in tile order, gemm_amx_amd64.go). Ragged rows use the micro-kernel of that height (there is one per height 1…12), ragged
+// to bf16 once per call for the dot-product paths (AMX: in tile order, gemm_amx_amd64.go). Ragged rows use the micro-kernel of that height (there is one per height 1…12, and all of them sum a row in the same order, so a row's bits do not depend on its tile), ragged
 // columns a store mask (AVX2: a scratch tile), so nothing outside [n0, n1) is ever written.
 // Dispatch (gemm_amd64.go, cpu_amd64.go) picks the most capable implementation the CPU runs:
 //

@@ -74,6 +74,11 @@ var scratchPool = sync.Pool{New: func() any { return new([6 * 16]float32) }}
 
 // prepare sets up op for m rows of x; for the VDPBF16PS path it rounds those rows to bf16 pairs
 // (done once per call: it is O(m·K) against the product's O(m·N·K)). release returns the buffer.
+//
+// The path depends on the weight and the process-wide modes only, never on m: the AMX tiles and
+// the AVX-512 FMAs add up a row's products in different orders, so a product that took AVX-512
+// for a few rows and AMX for many would give a row a value that depends on how many other rows
+// shared its call (issue 14). Small products on AMX pay for whole 16-row tiles instead.
 func (op *gemmOp) prepare(isa isaLevel, dst []float32, ldDst int, x []float32, ldX int, m int, w *Weight) {
 	*op = gemmOp{isa: isa, k: w.K, n: w.N, dst: unsafe.Pointer(unsafe.SliceData(dst)), ldc: uintptr(ldDst) * 4}
 	op.a, op.lda = unsafe.Pointer(unsafe.SliceData(x)), uintptr(ldX)*4
@@ -90,13 +95,13 @@ func (op *gemmOp) prepare(isa isaLevel, dst []float32, ldDst int, x []float32, l
 	}
 	op.b, op.panelBytes = unsafe.Pointer(unsafe.SliceData(w.p16)), uintptr(bf16PanelPairs(w.K))*panelWidth*4
 	switch {
-	case isa >= isaAMX && m >= amxMinRows && bf16Dot.Load():
+	case isa >= isaAMX && bf16Dot.Load():
 		op.mode = modeAMX
 		op.toAMXTiles(x, ldX, m, 1)
 	case isa >= isaAVX512BF16 && bf16Dot.Load():
 		op.mode, op.kcBlock, op.k512 = modeDot, kcBF16, &dotAvx512
 		op.toBF16Pairs(x, ldX, m)
-	case isa >= isaAMX && m >= amxMinRows && amxSplit.Load():
+	case isa >= isaAMX && amxSplit.Load():
 		op.mode = modeAMX
 		op.toAMXTiles(x, ldX, m, amxSplitParts)
 	default:

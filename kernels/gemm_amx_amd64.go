@@ -29,18 +29,15 @@ import (
 // weights are exact bf16, so every partial product is exact in f32 and sums are f32 — the
 // accuracy of the f32 paths. The three parts share the B tiles, whose loads dominate.
 
-// amxMinRows: below this many rows the AVX-512 paths are faster (a tile is 16 rows tall, and
-// the conversion and tile set-up are paid per call).
-const amxMinRows = 4
-
 // amxSplitParts is the number of bf16 terms per activation on the default (f32-accuracy) path.
 const amxSplitParts = 3
 
 // rowGranule is the number of rows a product of m rows with w costs as a multiple of: the AMX
 // path computes whole 16-row tiles (padding included), the AVX-512 paths 1-row multiples (they
-// have a micro-kernel per height). The MoE cost model rounds row counts up to it.
+// have a micro-kernel per height). The MoE cost model rounds row counts up to it. Every m takes
+// the same path (see gemmOp.prepare).
 func rowGranule(w *Weight, m int) int {
-	if w != nil && w.DType == BF16 && m >= amxMinRows && activeISA() >= isaAMX && (amxSplit.Load() || bf16Dot.Load()) {
+	if w != nil && w.DType == BF16 && activeISA() >= isaAMX && (amxSplit.Load() || bf16Dot.Load()) {
 		return 16
 	}
 	return 1

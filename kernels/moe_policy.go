@@ -10,7 +10,10 @@ import (
 // The block variants lay each expert's rows out in a segment padded to a multiple of BlockM and
 // compute whole BlockM-row tiles, padding rows included, as GPU grouped-GEMM kernels do. The
 // exact variant packs the segments without padding and computes each expert's real rows in work
-// items of up to exactItemRows rows; the GEMM kernel rounds only the last micro-tile up.
+// items of up to exactItemRows rows; the GEMM kernel rounds only the last micro-tile up. The
+// variants differ in speed only: a token's output has the same bits under every one (the GEMM
+// sums each row alone, the combine adds a token's experts in expert order), so a policy may pick
+// by cost without moving scores.
 type MoEVariant uint8
 
 const (

@@ -276,9 +276,14 @@ func (g *gen) f32Avx512(mr int) {
 }
 
 // splitAcc reports whether a kernel of mr rows keeps a second set of accumulators (for odd k
-// steps): with fewer than 8 independent chains the FMA latency (4 cycles, 2 ports) would bound
-// the kernel, which the short tiles of small experts and ragged edges would pay.
-func splitAcc(mr int) bool { return mr <= 4 }
+// steps). It never does: every kernel height sums each output over k in one chain, in k order,
+// so that a row's result does not depend on the height of the micro-tile it lands in — that is,
+// on how many other rows share its call and where it sits among them (issue 14: one score per
+// item whatever else is in its batch). Splitting the chains of the short tiles (mr ≤ 4) hid
+// the FMA latency (4 cycles, 2 ports: 8 chains needed, a 1-row tile has 2), but summed odd and
+// even k apart, which made a row's value depend on its tile. The cost is confined to tiles of
+// 1–3 rows, which are ragged edges and small experts (measured in issue 14's note).
+func splitAcc(mr int) bool { return false }
 
 func (g *gen) zeroRange(from, to int) {
 	for i := from; i < to; i++ {

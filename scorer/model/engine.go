@@ -8,6 +8,12 @@
 // Tokenize is safe for concurrent use; Forward must be called from one goroutine at a time (it
 // uses every core through the kernels); CostFeatures, EstimateSeconds and PrefixCacheStats are safe for
 // concurrent use, also while Forward runs.
+//
+// Scores do not depend on the path that computed them: an item's logit has the same bits whether
+// its prefix was computed in the pass or read from the prefix cache, whatever other items and
+// groups shared its pass and in which order, whichever MoE variant the policy picked and on any
+// kernel thread count (the kernels give each row one reduction order; see package kernels).
+// TestScoresArePathIndependent pins it.
 package model
 
 import (
