@@ -60,6 +60,7 @@ type Node struct {
 	ejections    atomic.Int32 // how many times ejected (the next ejection's multiplier)
 	ejectedUntil atomic.Int64 // unix nanoseconds
 	probation    atomic.Bool  // back from an ejection, no OK outcome yet
+	probing      atomic.Bool  // a probe (TakeProbe) is in flight
 
 	model       atomic.Pointer[string] // the model name of the node's last reply
 	fingerprint atomic.Pointer[string] // the model fingerprint of the node's last reply
