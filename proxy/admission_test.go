@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/internal/fakenode"
@@ -23,7 +25,7 @@ func TestAdmissionTriesAFasterPlan(t *testing.T) {
 	cfg.Split.MaxBatchItems = 64
 	cfg.Admission.MinSamples = 0
 	cfg.Admission.MarginQuantile = 0
-	cfg.Admission.Replan = true
+	cfg.Admission.Replan, cfg.Admission.ReplanFit = true, 1
 	p, reg := startProxy(t, cfg)
 	req := &relevancev1.ScoreRequest{Query: "q"}
 	for range 32 {
@@ -48,6 +50,44 @@ func TestAdmissionTriesAFasterPlan(t *testing.T) {
 	}
 	if n := counterValue(t, reg, "relevance_proxy_rejected_total"); n != 0 {
 		t.Errorf("rejected_total %v for an admitted request", n)
+	}
+}
+
+// TestAdmissionReplanMustFitWellInsideTheBudget: the faster plan is admitted only when it fits
+// within admission.replan_fit of the budget, so that under overload a request whose economical
+// plan missed is not let in on a plan that barely makes it.
+func TestAdmissionReplanMustFitWellInsideTheBudget(t *testing.T) {
+	coeffs := costmodel.Coeffs{A: 1e-4, C: 0.2}
+	nodes := startNodes(t, 4, fakenode.Options{Coeffs: coeffs, Parallel: true})
+	cfg := testConfig(nodes.Addrs())
+	cfg.Cost.Prior = coeffs
+	cfg.Split.MaxBatchItems = 64
+	cfg.Admission.MinSamples = 0
+	cfg.Admission.MarginQuantile = 0
+	cfg.Admission.Replan, cfg.Admission.ReplanFit = true, 0.5
+	p, reg := startProxy(t, cfg)
+	req := &relevancev1.ScoreRequest{Query: "q"}
+	for range 32 {
+		req.Items = append(req.Items, &relevancev1.Item{Text: strings.Repeat("word ", 60)})
+	}
+	eco := p.planner.Plan(req, "x", "")
+	ef := eco.Finish()
+	eco.Release()
+	urgent := p.planner.Urgent(req, "y", "")
+	uf := urgent.Finish()
+	urgent.Release()
+	// The urgent plan fits the budget but not half of it; the economical one misses it.
+	budget := min(ef*0.95, uf*1.5)
+	if !(uf < budget && uf > budget*0.5 && ef > budget) {
+		t.Fatalf("test shape: economical %.3fs, urgent %.3fs, budget %.3fs", ef, uf, budget)
+	}
+	req.TimeoutMs = uint32(budget * 1000)
+	_, err := p.Score(context.Background(), req)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("budget %.0f ms, urgent plan %.0f ms (over replan_fit 0.5 of it): got %v, want RESOURCE_EXHAUSTED", budget*1e3, uf*1e3, err)
+	}
+	if n := counterValue(t, reg, "relevance_proxy_rejected_total"); n != 1 {
+		t.Errorf("rejected_total %v, want 1", n)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/internal/fakenode"
+	"github.com/relevance-scoring/relevance/proxy/cluster"
 )
 
 // outlierConfig is a cluster whose prior matches the fake nodes' true cost (~10 ms a batch).
@@ -69,5 +70,53 @@ func TestStalledBatchIsRescued(t *testing.T) {
 	}
 	if s := nodeStatus(t, p, stalled.Addr()); s.Slow == 0 {
 		t.Errorf("stalled node: %+v, want slow outcomes counted", s)
+	}
+}
+
+// TestNodeOnProbationIsProbedBesideTheRequest: a node back from an ejection gets a copy of a
+// batch (a probe) that another node also runs; the request is answered by the others without
+// waiting for it. A probe that runs slow ejects the node again.
+func TestNodeOnProbationIsProbedBesideTheRequest(t *testing.T) {
+	nodes := startNodes(t, 3, fakenode.Options{Coeffs: fastCost})
+	slow := nodes[2]
+	slow.SetLatency(func(fakenode.Batch) time.Duration { return 400 * time.Millisecond })
+	cfg := outlierConfig(nodes.Addrs(), fastCost)
+	cfg.Hedge.Enabled = false
+	cfg.Outlier.BaseEjection = 100 * time.Millisecond
+	cfg.Outlier.MaxEjectionPercent = 50
+	cfg.Outlier.SlowFactor = 10 // no rescue before ~100 ms: a batch placed on the slow node would show
+	p, _ := startProxy(t, cfg)
+	for i := range 3 { // every node learned and OK
+		if _, err := p.Score(context.Background(), makeRequest(2, uint64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var sn *cluster.Node
+	for _, n := range p.cluster.Snapshot() {
+		if n.Addr() == slow.Addr() {
+			sn = n
+		}
+	}
+	for !sn.Ejected(time.Now()) {
+		p.cluster.ReportSlow(sn, time.Now(), 10)
+	}
+	time.Sleep(120 * time.Millisecond) // ejection over: on probation
+	before := slow.Calls()
+	start := time.Now()
+	if _, err := p.Score(context.Background(), makeRequest(12, 99)); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 200*time.Millisecond {
+		t.Errorf("request took %v: it waited for the node on probation (400 ms a batch)", el)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for !sn.Ejected(time.Now()) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !sn.Ejected(time.Now()) {
+		t.Error("the slow probe did not eject the node again")
+	}
+	if got := slow.Calls() - before; got != 1 {
+		t.Errorf("node on probation got %d calls for one request, want 1 probe", got)
 	}
 }

@@ -69,7 +69,7 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 
 	dl, _ := ctx.Deadline()
 	if err := p.admitter.Admit(pl, time.Until(dl)); err != nil {
-		// Before refusing, optionally (admission.replan), the plan that finishes this request
+		// Before refusing, unless admission.replan is off, the plan that finishes this request
 		// first (more, smaller batches): at moderate load the largest requests' economical plans
 		// land just past the budget while a faster one fits.
 		pl.Release()
@@ -77,7 +77,11 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 		if p.cfg.Admission.Replan {
 			urgent = p.planner.Urgent(sub, reqID, fp)
 		}
-		if urgent == nil || len(urgent.Batches) <= len(pl.Batches) || p.admitter.Admit(urgent, time.Until(dl)) != nil {
+		// The faster plan must fit well inside the budget (admission.replan_fit): it is tried
+		// exactly when the economical one did not, so a fast plan that barely fits is borderline
+		// work under overload.
+		fit := time.Duration(float64(time.Until(dl)) * p.cfg.Admission.ReplanFit)
+		if urgent == nil || len(urgent.Batches) <= len(pl.Batches) || p.admitter.Admit(urgent, fit) != nil {
 			if urgent != nil {
 				urgent.Release()
 			}

@@ -168,15 +168,43 @@ func (c *Cluster) Snapshot() []*Node { return *c.members.Load() }
 // Eligible lists the nodes a batch may go to: healthy, breaker not open, not ejected as an
 // outlier, not in exclude.
 func (c *Cluster) Eligible(exclude []*Node) []*Node {
-	var out []*Node
+	var out, probation []*Node
 	now := time.Now()
 	for _, n := range c.Snapshot() {
 		if n.healthy.Load() && n.breaker.State() != gobreaker.StateOpen && !n.Ejected(now) && !slices.Contains(exclude, n) {
+			if n.probation.Load() {
+				probation = append(probation, n)
+				continue
+			}
 			out = append(out, n)
 		}
 	}
+	// A node back from an ejection earns its way back with probes (TakeProbe) rather than the
+	// requests' own batches, unless no other node is left.
+	if len(out) == 0 {
+		return probation
+	}
 	return out
 }
+
+// TakeProbe returns a node on probation — back from an outlier ejection with no outcome since —
+// that is healthy, not ejected, and has no probe in flight, marking it probing; nil when there is
+// none. The caller sends it a copy of a batch that another node also runs (package dispatch), so
+// that a node that is still slow costs no request its deadline: the probe's outcome ends the
+// probation (OK) or ejects the node again (slow), and ProbeEnded clears the mark.
+func (c *Cluster) TakeProbe() *Node {
+	now := time.Now()
+	for _, n := range c.Snapshot() {
+		if n.probation.Load() && n.healthy.Load() && !n.Ejected(now) && n.breaker.State() != gobreaker.StateOpen &&
+			n.probing.CompareAndSwap(false, true) {
+			return n
+		}
+	}
+	return nil
+}
+
+// ProbeEnded clears the probing mark TakeProbe set.
+func (n *Node) ProbeEnded() { n.probing.Store(false) }
 
 // Fallback is what keeps breakers and outlier ejection from removing every node: when no
 // healthy, non-ejected node has a closed breaker (each is open, or half-open with its probes

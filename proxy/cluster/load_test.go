@@ -66,10 +66,33 @@ func TestNodeModelSeedsTheLearner(t *testing.T) {
 		t.Errorf("a second model reset the learner: %+v", got)
 	}
 	bad := &Node{learn: costmodel.NewLearner(testPrior, 0.99), forgetting: 0.99}
+	if got := n.Samples(); got != 0 {
+		t.Errorf("samples %d after a model measured on no passes, want 0", got)
+	}
 	bc := bad.learn.Coeffs()
 	bad.coeffs.Store(&bc)
 	bad.Observe(&relevancev1.ScoreBatchResponse{Load: &relevancev1.NodeLoad{CostModel: &relevancev1.CostModel{A: -1}}}, time.Now())
 	if got := bad.Coeffs(); got != testPrior {
 		t.Errorf("a negative model was taken: %+v", got)
+	}
+}
+
+// TestNodeModelMeasuredPassesCountAsSamples: a node whose model was measured on 11 passes
+// (its start-up calibration) is trusted as if the proxy had learned from 11 replies, so that
+// admission projects on a freshly started cluster; a later, smaller count does not lower it.
+func TestNodeModelMeasuredPassesCountAsSamples(t *testing.T) {
+	n := &Node{learn: costmodel.NewLearner(testPrior, 0.99), forgetting: 0.99}
+	c := n.learn.Coeffs()
+	n.coeffs.Store(&c)
+	own := &relevancev1.CostModel{A: 2e-4, B: 1e-7, C: 0.02, Samples: 11, Source: "calibrated"}
+	n.Observe(&relevancev1.ScoreBatchResponse{Load: &relevancev1.NodeLoad{CostModel: own}}, time.Now())
+	if got := n.Samples(); got != 11 {
+		t.Fatalf("samples %d after a model measured on 11 passes, want 11", got)
+	}
+	n.seeded = false // a reconnect to a restarted node seeds again
+	own.Samples = 2
+	n.Observe(&relevancev1.ScoreBatchResponse{Load: &relevancev1.NodeLoad{CostModel: own}}, time.Now())
+	if got := n.Samples(); got != 11 {
+		t.Errorf("samples %d after a model of 2 passes, want 11 kept", got)
 	}
 }

@@ -60,6 +60,7 @@ type Node struct {
 	ejections    atomic.Int32 // how many times ejected (the next ejection's multiplier)
 	ejectedUntil atomic.Int64 // unix nanoseconds
 	probation    atomic.Bool  // back from an ejection, no OK outcome yet
+	probing      atomic.Bool  // a probe (TakeProbe) is in flight
 
 	model       atomic.Pointer[string] // the model name of the node's last reply
 	fingerprint atomic.Pointer[string] // the model fingerprint of the node's last reply
@@ -240,8 +241,10 @@ func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 // seed restarts the node's cost model from the node's own, once: a node times its passes at
 // start-up and keeps learning from every one, so its model is a far better prior than the
 // configured one (which is a guess for a model and machine this proxy has never seen). Later
-// replies refine it as before. A model that is not finite and non-negative, or all zero, is
-// ignored.
+// replies refine it as before. The passes the node's model was measured on count as samples
+// (Samples: how far projections on the node are trusted), so that a freshly calibrated cluster
+// is admitted against from its first replies rather than after MinSamples of each node's.
+// A model that is not finite and non-negative, or all zero, is ignored.
 func (n *Node) seed(cm *relevancev1.CostModel) {
 	if cm == nil {
 		return
@@ -258,6 +261,11 @@ func (n *Node) seed(cm *relevancev1.CostModel) {
 	n.seeded = true
 	n.learn = costmodel.NewLearner(c, n.forgetting)
 	n.coeffs.Store(&c)
+	for s := int64(min(cm.GetSamples(), math.MaxInt32)); ; {
+		if cur := n.samples.Load(); s <= cur || n.samples.CompareAndSwap(cur, s) {
+			break
+		}
+	}
 }
 
 // setHealthy records the node's health and calls changed when it changed. A node that loses it

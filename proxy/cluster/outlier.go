@@ -23,7 +23,8 @@ type OutlierConfig struct {
 // cluster). When every node is slow — the machine is overloaded, not one node broken — nobody is
 // ejected, since removing capacity then makes everything worse. An ejected node leaves Eligible
 // for n × BaseEjection (n its ejection count, capped at MaxEjection), then comes back on
-// probation, where one slow outcome ejects it again and one OK outcome ends the probation. At most
+// probation: it takes probes (copies of batches other nodes also run; TakeProbe) rather than
+// requests' own batches, one slow outcome ejects it again and one OK outcome ends the probation. At most
 // MaxEjectionPercent of the nodes are ejected at once (at least one when there are two or more),
 // so detection never empties the cluster.
 

@@ -112,3 +112,51 @@ func TestEquallySlowNodesAreNotEjected(t *testing.T) {
 		t.Errorf("a slow while b is fine: a ejected %v, b ejected %v; want a only", a.Ejected(t0), b.Ejected(t0))
 	}
 }
+
+// TestProbationNodeTakesProbesNotBatches: a node back from an ejection is not a candidate for
+// requests' batches while another node is; it is handed out once as a probe target until the
+// probe ends, and an OK outcome makes it a candidate again. With no other node left it is a
+// candidate rather than none.
+func TestProbationNodeTakesProbesNotBatches(t *testing.T) {
+	base := 50 * time.Millisecond
+	c := startCluster(t, 3, OutlierConfig{ConsecutiveSlow: 1, BaseEjection: base, MaxEjection: 10 * base, MaxEjectionPercent: 50})
+	nodes := c.Snapshot()
+	a := nodes[0]
+	for _, n := range nodes[1:] {
+		c.ReportOK(n, time.Now(), 1)
+	}
+	c.ReportSlow(a, time.Now(), 5)
+	if !a.Ejected(time.Now()) {
+		t.Fatal("not ejected")
+	}
+	if p := c.TakeProbe(); p != nil {
+		t.Fatal("an ejected node was handed out as a probe target")
+	}
+	time.Sleep(base + 10*time.Millisecond)
+	for _, n := range c.Eligible(nil) {
+		if n == a {
+			t.Fatal("a node on probation is a candidate for batches while others are")
+		}
+	}
+	if p := c.TakeProbe(); p != a {
+		t.Fatalf("probe target %v, want the node on probation", p)
+	}
+	if p := c.TakeProbe(); p != nil {
+		t.Fatal("a second probe while the first is in flight")
+	}
+	a.ProbeEnded()
+	if p := c.TakeProbe(); p != a {
+		t.Fatal("no probe target after the first probe ended")
+	}
+	a.ProbeEnded()
+	if got := c.Eligible(nodes[1:]); len(got) != 1 || got[0] != a {
+		t.Errorf("with every other node excluded, eligible %v, want the node on probation", got)
+	}
+	c.ReportOK(a, time.Now(), 1)
+	if got := c.Eligible(nil); len(got) != 3 {
+		t.Errorf("after an OK probe, %d candidates, want 3", len(got))
+	}
+	if p := c.TakeProbe(); p != nil {
+		t.Error("a probe target after the probation ended")
+	}
+}

@@ -18,6 +18,10 @@
 //   - Breakers count failures only: cancellations, the caller's bad input and deadlines that were
 //     the caller's (the call ran less than 2·expected + 20 ms) are excluded.
 //   - In fail-fast mode the first batch that fails for good cancels the others.
+//   - Probe: a node back from an outlier ejection (package cluster: probation) gets a copy of the
+//     request's smallest batch, sent beside the batch itself; the request never waits for it.
+//     Its outcome ends the probation or ejects the node again, so a node that is still slow costs
+//     no request its deadline.
 //
 // A Dispatcher is safe for concurrent use.
 package dispatch
@@ -113,6 +117,7 @@ func (d *Dispatcher) Run(ctx context.Context, p *plan.Plan, failFast bool) (resu
 	var failOnce sync.Once
 	results = make([]Result, len(p.Batches))
 	var wg sync.WaitGroup
+	d.probe(ctx, p)
 	for bi, b := range p.Batches {
 		first := b.Lease
 		b.Lease = nil // the dispatcher owns it now
@@ -126,6 +131,52 @@ func (d *Dispatcher) Run(ctx context.Context, p *plan.Plan, failFast bool) (resu
 	}
 	wg.Wait()
 	return results, firstErr
+}
+
+// probe sends a copy of p's smallest batch to a node on probation, if there is one (see the
+// package doc). The probe runs detached from the request (until its deadline, or ten times its
+// projected finish when it has none) so that its outcome is seen even when the request is
+// answered first; it is counted slow once it runs past SlowFactor × its projected finish.
+func (d *Dispatcher) probe(ctx context.Context, p *plan.Plan) {
+	if len(p.Batches) == 0 {
+		return
+	}
+	n := d.cluster.TakeProbe()
+	if n == nil {
+		return
+	}
+	b := p.Batches[0]
+	for _, c := range p.Batches[1:] {
+		if len(c.Items) < len(b.Items) {
+			b = c
+		}
+	}
+	l := d.placer.PlaceOn(b.Work(), n)
+	if l == nil {
+		n.ProbeEnded()
+		return
+	}
+	pctx := context.WithoutCancel(ctx)
+	var cancel context.CancelFunc
+	if dl, ok := ctx.Deadline(); ok {
+		pctx, cancel = context.WithDeadline(pctx, dl)
+	} else {
+		pctx, cancel = context.WithTimeout(pctx, time.Second+time.Duration(10*l.Finish*float64(time.Second)))
+	}
+	go func() {
+		defer cancel()
+		defer n.ProbeEnded()
+		var slow atomic.Bool
+		if delay, ok := d.slowAfter(l.Finish); ok {
+			t := time.AfterFunc(delay, func() {
+				if slow.CompareAndSwap(false, true) {
+					d.cluster.ReportSlow(n, time.Now(), d.cfg.SlowFactor)
+				}
+			})
+			defer t.Stop()
+		}
+		_, _ = d.call(pctx, l, b, &slow)
+	}()
 }
 
 // runBatch sends one batch (first to the node leased at planning time, when there is one),

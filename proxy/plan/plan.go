@@ -139,6 +139,17 @@ func (p *Placer) Place(w Work, exclude []*cluster.Node) *Lease {
 	return nil
 }
 
+// PlaceOn leases work w on node n itself, whatever the route strategy would pick (a probe of a
+// node on probation): n's breaker permit and a charge to n's load. It returns nil when n's
+// breaker refuses.
+func (p *Placer) PlaceOn(w Work, n *cluster.Node) *Lease {
+	done, err := n.Breaker().Allow()
+	if err != nil {
+		return nil
+	}
+	return lease(n, done, w)
+}
+
 // otherModels adds to exclude the nodes known to serve another model than fp.
 func (p *Placer) otherModels(fp string, exclude []*cluster.Node) []*cluster.Node {
 	if fp == "" {

@@ -29,19 +29,25 @@ type costModel struct {
 
 	mu sync.Mutex // guards l
 	l  *costmodel.Learner
+	// base is the passes the start was measured on (the calibration's), counted in Samples: a
+	// proxy trusts a node's projections once its model rests on enough measured passes.
+	base int
 }
 
 // costSnapshot is the cost model at one moment.
 type costSnapshot struct {
 	Coeffs      costmodel.Coeffs
 	Source      string // CostSourceCalibrated or the engine's prior source
-	Samples     int    // passes learned from since start-up
+	Samples     int    // passes measured since start-up: calibration passes, then every pass
 	Calibration calibration
 }
 
 func newCostModel(start costmodel.Coeffs, source string, cal calibration) *costModel {
 	m := &costModel{l: costmodel.NewLearner(start, learnForgetting)}
-	m.snap.Store(&costSnapshot{Coeffs: start, Source: source, Calibration: cal})
+	if source == CostSourceCalibrated {
+		m.base = cal.Passes
+	}
+	m.snap.Store(&costSnapshot{Coeffs: start, Source: source, Samples: m.base, Calibration: cal})
 	return m
 }
 
@@ -57,7 +63,7 @@ func (m *costModel) observe(f costmodel.Features, seconds float64) {
 	defer m.mu.Unlock()
 	m.l.Observe(f, seconds)
 	s := *m.snap.Load()
-	s.Coeffs, s.Samples = m.l.Coeffs(), m.l.Samples()
+	s.Coeffs, s.Samples = m.l.Coeffs(), m.base+m.l.Samples()
 	m.snap.Store(&s)
 }
 
@@ -75,7 +81,8 @@ type CostModelStatus struct {
 	// Source is where the model started: calibrated (timed at start-up), profile, config or shape
 	// (the engine's guess from the model's shape; calibration disabled or failed).
 	Source string `json:"source"`
-	// Samples is the forward passes learned from since start-up.
+	// Samples is the forward passes the model was measured on: the calibration's, then every
+	// pass since start-up.
 	Samples int `json:"samples"`
 	// RefBatchSeconds is the estimate for costmodel.RefFeatures (a 64-token prefix and 16 items
 	// of 256 tokens): the node's speed as one number.

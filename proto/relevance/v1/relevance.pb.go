@@ -964,7 +964,8 @@ type CostModel struct {
 	B float64 `protobuf:"fixed64,2,opt,name=b,proto3" json:"b,omitempty"`
 	// Seconds per batch.
 	C float64 `protobuf:"fixed64,3,opt,name=c,proto3" json:"c,omitempty"`
-	// Forward passes the node has learned from since it started.
+	// Forward passes the model was measured on since the node started: its start-up
+	// calibration passes (source "calibrated") and every pass since.
 	Samples uint64 `protobuf:"varint,4,opt,name=samples,proto3" json:"samples,omitempty"`
 	// Where the model started: "calibrated" (passes timed at start-up), "profile" (a measured
 	// cost profile), "config" (coefficients configured) or "shape" (a guess from the model's shape).
