@@ -3,8 +3,8 @@ package kernels
 import "math"
 
 // SiLUMul writes dst[i] = silu(gate[i]) · up[i] = gate[i]·up[i] / (1 + exp(-gate[i])). dst may
-// alias gate or up. With AVX-512 the exponential is a polynomial within 2 ulp (act_amd64.s);
-// the reference (and the tail of fewer than 16 values) uses math.Exp.
+// alias gate or up. With AVX-512 the exponential is a polynomial within 2 ulp (act_amd64.s) for
+// every value; the reference uses math.Exp.
 func SiLUMul(dst, gate, up []float32) {
 	n := len(gate)
 	if n == 0 {

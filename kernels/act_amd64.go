@@ -15,8 +15,8 @@ func siluMulAVX512(dst, gate, up *float32, n int)
 func haveActAsm() bool { return activeISA() >= isaAVX512 }
 
 // The *Asm functions run the assembly and return how many elements they did; the callers finish
-// the rest with the generic code. expScaleSum and max do all (tails under a mask), siluMul the
-// multiple-of-16 head.
+// the rest with the generic code. All three do all (expScaleSum and max with tails under a mask,
+// siluMul through a padded copy), so a value's bits never depend on its place in the slice.
 
 func expScaleSumAsm(x []float32, scale, sub float32) (int, float32) {
 	n := len(x)
@@ -46,13 +46,25 @@ func maxAsm(x []float32) (int, float32) {
 	return n, m
 }
 
+// siluMulAsm does all of gate: the multiple-of-16 head in place, the tail of fewer than 16 values
+// through a zero-padded copy, so that every value takes the same polynomial. Handing the tail to
+// the generic math.Exp made a value's bits depend on where it fell in the slice, and callers pass
+// several rows (or a column block of one) at once: with widths that are not a multiple of 16
+// (a Qwen2-MoE shared expert of 40) a row's activations depended on how many rows shared the call.
 func siluMulAsm(dst, gate, up []float32) int {
-	n := len(gate) &^ 15
-	if n == 0 {
-		return 0
+	n := len(gate)
+	h := n &^ 15
+	if h > 0 {
+		_ = dst[h-1]
+		_ = up[h-1]
+		siluMulAVX512(&dst[0], &gate[0], &up[0], h)
 	}
-	_ = dst[n-1]
-	_ = up[n-1]
-	siluMulAVX512(&dst[0], &gate[0], &up[0], n)
+	if h < n {
+		var g, u [16]float32
+		copy(g[:], gate[h:n])
+		copy(u[:], up[h:n])
+		siluMulAVX512(&g[0], &g[0], &u[0], 16)
+		copy(dst[h:n], g[:n-h])
+	}
 	return n
 }

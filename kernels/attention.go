@@ -23,6 +23,15 @@ type PrefixAttention struct {
 	// SeqStarts has one entry per sequence plus a final T: sequence s is rows
 	// [SeqStarts[s], SeqStarts[s+1]) of Q, K and V.
 	SeqStarts []int
+	// PastK and PastV are [PastLen][KVHeads·HeadDim] (RoPE applied to K): positions that every
+	// sequence continues as its own first PastLen tokens, unlike the prefix, which is merged
+	// apart. Row i of a sequence (position PastLen+i) attends the past and its sequence's first
+	// i+1 tokens in one softmax, summed in position order, exactly as if the past's tokens were
+	// rows of the sequence: its bits are those it would have with the whole sequence computed in
+	// one call, wherever the past ends. The scorer extends a cached template's KV with a
+	// query's tokens this way (issue 14). A call has a past or a prefix, not both.
+	PastK, PastV []float32
+	PastLen      int
 }
 
 // attnRowBlock is the number of query rows one attention work item handles: its score block
@@ -91,6 +100,7 @@ type attnState struct {
 	a                       *PrefixAttention
 	out                     []float32
 	H, KVH, hd, P, group    int
+	past                    int // PastLen: keys every sequence's own part starts with
 	qs, kvs, T, nSeq        int
 	blocks, workers         int
 	scale                   float32
@@ -121,7 +131,7 @@ func kvSizes(n, hd int, packed bool) (int, int) {
 
 func (st *attnState) setup(out []float32, a *PrefixAttention) {
 	st.a, st.out = a, out
-	st.H, st.KVH, st.hd, st.P = a.Heads, a.KVHeads, a.HeadDim, a.PrefixLen
+	st.H, st.KVH, st.hd, st.P, st.past = a.Heads, a.KVHeads, a.HeadDim, a.PrefixLen, a.PastLen
 	st.group = st.H / st.KVH
 	st.qs, st.kvs = st.H*st.hd, st.KVH*st.hd
 	st.nSeq = len(a.SeqStarts) - 1
@@ -149,7 +159,7 @@ func (st *attnState) setup(out []float32, a *PrefixAttention) {
 		n, isV := st.P, i >= 2*st.nSeq*st.KVH+st.KVH
 		if i < 2*st.nSeq*st.KVH {
 			s := (i / st.KVH) % st.nSeq
-			n, isV = a.SeqStarts[s+1]-a.SeqStarts[s], i >= st.nSeq*st.KVH
+			n, isV = st.past+a.SeqStarts[s+1]-a.SeqStarts[s], i >= st.nSeq*st.KVH
 		}
 		ks, vs := kvSizes(n, st.hd, st.packed)
 		if isV {
@@ -172,9 +182,9 @@ func (st *attnState) setup(out []float32, a *PrefixAttention) {
 			}
 		}
 	}
-	// Per-worker scratch: a prefix item needs rows·P scores, a causal item rows·L scores and
-	// rows·hd outputs.
-	need := attnRowBlock * max(st.P, maxL+st.hd)
+	// Per-worker scratch: a prefix item needs rows·P scores, a causal item rows·(past+L) scores
+	// and rows·hd outputs.
+	need := attnRowBlock * max(st.P, st.past+maxL+st.hd)
 	for len(st.work) < st.workers {
 		st.work = append(st.work, nil)
 	}
@@ -196,19 +206,36 @@ func (st *attnState) prep(_, i int) {
 	if i < st.nSeq*st.KVH {
 		s, g := i/st.KVH, i%st.KVH
 		t0, t1 := a.SeqStarts[s], a.SeqStarts[s+1]
-		st.kvWeights(st.seqKi(s, g), st.seqVi(s, g), a.K, a.V, t0, t1, g*st.hd)
+		st.kvWeights(st.seqKi(s, g), st.seqVi(s, g), kvRows{a.PastK, a.PastV, 0, st.past}, kvRows{a.K, a.V, t0, t1}, g*st.hd)
 		return
 	}
 	g := i - st.nSeq*st.KVH
-	st.kvWeights(st.prefKi(g), st.prefVi(g), a.PrefixK, a.PrefixV, 0, st.P, g*st.hd)
+	st.kvWeights(st.prefKi(g), st.prefVi(g), kvRows{}, kvRows{a.PrefixK, a.PrefixV, 0, st.P}, g*st.hd)
 }
 
-// kvWeights fills the GEMM weights of one KV head over rows [t0, t1) of k and v (row stride
-// kvs, head columns [off, off+hd)): K as [n×hd] (scores = q·Kᵀ) and V transposed as [hd×n]
-// (output = p·V). With the assembly kernels their values are written directly in the packed
-// panel layout (gemm_pack.go), the last panel's unused columns zeroed; otherwise row-major.
-func (st *attnState) kvWeights(ki, vi int, k, v []float32, t0, t1, off int) {
-	n, hd, kvs := t1-t0, st.hd, st.kvs
+// kvRows are rows [t0, t1) of a K and a V matrix (row stride KVHeads·HeadDim).
+type kvRows struct {
+	k, v   []float32
+	t0, t1 int
+}
+
+// kvRow returns the K and V matrices holding key i of the concatenation of a and b, and the
+// offset of its row in them.
+func kvRow(a, b *kvRows, i, kvs int) ([]float32, []float32, int) {
+	if n := a.t1 - a.t0; i < n {
+		return a.k, a.v, (a.t0 + i) * kvs
+	}
+	return b.k, b.v, (b.t0 + i - (a.t1 - a.t0)) * kvs
+}
+
+// kvWeights fills the GEMM weights of one KV head over the keys of a followed by those of b
+// (row stride kvs, head columns [off, off+hd)): K as [n×hd] (scores = q·Kᵀ) and V transposed
+// as [hd×n] (output = p·V). With the assembly kernels their values are written directly in the
+// packed panel layout (gemm_pack.go), the last panel's unused columns zeroed; otherwise
+// row-major.
+func (st *attnState) kvWeights(ki, vi int, a, b kvRows, off int) {
+	hd, kvs := st.hd, st.kvs
+	n := (a.t1 - a.t0) + (b.t1 - b.t0)
 	kw, vw := &st.weights[ki], &st.weights[vi]
 	kb, vb := st.kv[st.kvOff[ki]:st.kvOff[ki+1]], st.kv[st.kvOff[vi]:st.kvOff[vi+1]]
 	*kw = Weight{N: n, K: hd, DType: F32}
@@ -218,8 +245,9 @@ func (st *attnState) kvWeights(ki, vi int, k, v []float32, t0, t1, off int) {
 	}
 	if !st.packed {
 		for i := range n {
-			copy(kb[i*hd:(i+1)*hd], k[(t0+i)*kvs+off:(t0+i)*kvs+off+hd])
-			for d, x := range v[(t0+i)*kvs+off : (t0+i)*kvs+off+hd] {
+			k, v, r := kvRow(&a, &b, i, kvs)
+			copy(kb[i*hd:(i+1)*hd], k[r+off:r+off+hd])
+			for d, x := range v[r+off : r+off+hd] {
 				vb[d*n+i] = x
 			}
 		}
@@ -234,7 +262,8 @@ func (st *attnState) kvWeights(ki, vi int, k, v []float32, t0, t1, off int) {
 			clear(panel)
 		}
 		for c := range cols {
-			row := k[(t0+p*panelWidth+c)*kvs+off:]
+			k, _, r := kvRow(&a, &b, p*panelWidth+c, kvs)
+			row := k[r+off:]
 			for d := range hd {
 				panel[d*panelWidth+c] = row[d]
 			}
@@ -246,7 +275,8 @@ func (st *attnState) kvWeights(ki, vi int, k, v []float32, t0, t1, off int) {
 		cols := min(panelWidth, hd-p*panelWidth)
 		for j := range n {
 			dst := panel[j*panelWidth : (j+1)*panelWidth]
-			src := v[(t0+j)*kvs+off+p*panelWidth:]
+			_, v, r := kvRow(&a, &b, j, kvs)
+			src := v[r+off+p*panelWidth:]
 			copy(dst[:cols], src[:cols])
 			clear(dst[cols:])
 		}
@@ -273,7 +303,8 @@ func (st *attnState) prefixItem(w, i int) {
 }
 
 // seqItem is work item i of phase 2: one block of rows of one sequence and query head against
-// the sequence's own keys (causal), merged with the prefix part already in out.
+// the sequence's own keys (causal; the past's first), merged with the prefix part already in
+// out.
 func (st *attnState) seqItem(w, i int) {
 	a, P, H, hd, qs := st.a, st.P, st.H, st.hd, st.qs
 	it := st.items[i]
@@ -283,19 +314,22 @@ func (st *attnState) seqItem(w, i int) {
 	L := a.SeqStarts[s+1] - t0
 	r0, r1 := int(it.r0), min(int(it.r0)+attnRowBlock, L)
 	m := r1 - r0
-	S := st.work[w][:m*L]
-	o2 := st.work[w][m*L : m*L+m*hd]
-	// Scores of rows r0..r1 against keys 0..r1 (the causal triangle's block); the keys past
-	// each row's own position are zeroed after the exponentials, the rest of the row too,
-	// because the value product runs over all L keys.
-	gemmRows(S, L, a.Q[(t0+r0)*qs+h*hd:], qs, m, &st.weights[st.seqKi(s, g)], 0, r1, 0, false)
+	// Keys of the sequence: the past's, then its own; row r's position among them is past+r.
+	K := st.past + L
+	S := st.work[w][:m*K]
+	o2 := st.work[w][m*K : m*K+m*hd]
+	// Scores of rows r0..r1 against keys 0..past+r1 (the causal triangle's block); the keys
+	// past each row's own position are zeroed after the exponentials, the rest of the row too,
+	// because the value product runs over all K keys. The row's softmax and value sum run from
+	// key 0 in one call each, so its bits do not depend on where the past ends.
+	gemmRows(S, K, a.Q[(t0+r0)*qs+h*hd:], qs, m, &st.weights[st.seqKi(s, g)], 0, st.past+r1, 0, false)
 	var m2, l2 [attnRowBlock]float32
 	for r := range m {
-		row := S[r*L : (r+1)*L]
-		m2[r], l2[r] = softmaxStats(row[:r0+r+1], st.scale)
-		clear(row[r0+r+1:])
+		row := S[r*K : (r+1)*K]
+		m2[r], l2[r] = softmaxStats(row[:st.past+r0+r+1], st.scale)
+		clear(row[st.past+r0+r+1:])
 	}
-	gemmRows(o2, hd, S, L, m, &st.weights[st.seqVi(s, g)], 0, hd, 0, false)
+	gemmRows(o2, hd, S, K, m, &st.weights[st.seqVi(s, g)], 0, hd, 0, false)
 	for r := range m {
 		t := t0 + r0 + r
 		o := st.out[t*qs+h*hd : t*qs+(h+1)*hd]
@@ -342,6 +376,10 @@ func (a *PrefixAttention) check(outLen int) error {
 		return fmt.Errorf("heads %d not a multiple of KV heads %d", a.Heads, a.KVHeads)
 	case a.PrefixLen < 0:
 		return fmt.Errorf("prefix length %d < 0", a.PrefixLen)
+	case a.PastLen < 0:
+		return fmt.Errorf("past length %d < 0", a.PastLen)
+	case a.PastLen > 0 && a.PrefixLen > 0:
+		return fmt.Errorf("a past (%d positions) and a prefix (%d) in one call", a.PastLen, a.PrefixLen)
 	case len(a.SeqStarts) == 0 || a.SeqStarts[0] != 0:
 		return fmt.Errorf("SeqStarts must start at 0, got %v", a.SeqStarts)
 	}
@@ -359,6 +397,8 @@ func (a *PrefixAttention) check(outLen int) error {
 		return fmt.Errorf("k/v have %d/%d values, %d tokens need %d", len(a.K), len(a.V), T, T*kvs)
 	case len(a.PrefixK) < a.PrefixLen*kvs || len(a.PrefixV) < a.PrefixLen*kvs:
 		return fmt.Errorf("prefix K/V have %d/%d values, %d positions need %d", len(a.PrefixK), len(a.PrefixV), a.PrefixLen, a.PrefixLen*kvs)
+	case len(a.PastK) < a.PastLen*kvs || len(a.PastV) < a.PastLen*kvs:
+		return fmt.Errorf("past K/V have %d/%d values, %d positions need %d", len(a.PastK), len(a.PastV), a.PastLen, a.PastLen*kvs)
 	case outLen < T*qs:
 		return fmt.Errorf("out has %d values, %d tokens need %d", outLen, T, T*qs)
 	}

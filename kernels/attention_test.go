@@ -56,6 +56,33 @@ func TestAttentionMatchesReference(t *testing.T) {
 	}
 }
 
+// TestAttentionPastMatchesReference: sequences continuing a past (positions every sequence
+// attends as its own first tokens) against the plain softmax over past and own keys.
+func TestAttentionPastMatchesReference(t *testing.T) {
+	for _, tc := range []struct {
+		past int
+		lens []int
+	}{{1, []int{1}}, {9, []int{5, 70, 1}}, {64, []int{64, 3}}, {300, []int{20}}} {
+		for _, thr := range []int{1, 2} {
+			t.Run(fmt.Sprintf("past%d_%v/t%d", tc.past, tc.lens, thr), func(t *testing.T) {
+				defer SetThreads(Threads())
+				SetThreads(thr)
+				rng := rand.New(rand.NewPCG(uint64(tc.past), 3))
+				a := randAttention(rng, 4, 2, 16, 0, tc.lens)
+				a.PastK, a.PastV, a.PastLen = randVec(rng, tc.past*2*16), randVec(rng, tc.past*2*16), tc.past
+				T := a.SeqStarts[len(a.SeqStarts)-1]
+				want := make([]float32, T*4*16)
+				attentionReference(want, a)
+				got := randVec(rng, len(want))
+				Attention(got, a)
+				if i := closeTo(got, want, 2e-5); i >= 0 {
+					t.Fatalf("out[%d] = %v, want %v", i, got[i], want[i])
+				}
+			})
+		}
+	}
+}
+
 func TestAttentionLargeScores(t *testing.T) {
 	// Large logits: the merge must rescale by the larger maximum, not overflow.
 	rng := rand.New(rand.NewPCG(8, 8))
@@ -82,6 +109,8 @@ func TestAttentionBadShapes(t *testing.T) {
 		{"short prefix", func(a *PrefixAttention) { a.PrefixLen = 100 }, "prefix K/V"},
 		{"descending starts", func(a *PrefixAttention) { a.SeqStarts = []int{0, 5, 3} }, "not ascending"},
 		{"zero head dim", func(a *PrefixAttention) { a.HeadDim = 0 }, "must be > 0"},
+		{"past and prefix", func(a *PrefixAttention) { a.PastK, a.PastV, a.PastLen = a.PrefixK, a.PrefixV, 1 }, "a past (1 positions) and a prefix"},
+		{"short past", func(a *PrefixAttention) { a.PrefixLen, a.PastLen = 0, 2 }, "past K/V have 0/0 values"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -373,8 +373,8 @@ func (op *gemmOp) tile(i, rows, p, c0, c1 int, aOff, bOff uintptr, kArg, acc int
 			continue
 		}
 		// A ragged column edge: compute the whole half panel aside, keep its valid part.
+		// (Put at the end of the iteration, not deferred: a defer in a loop is allocated.)
 		scratch := scratchPool.Get().(*[6 * 16]float32)
-		defer scratchPool.Put(scratch)
 		op.k256[rows](a, op.lda, bh, kArg, unsafe.Pointer(&scratch[0]), 64, 0)
 		for r := 0; r < rows; r++ {
 			for j := hlo; j < hhi; j++ {
@@ -386,6 +386,7 @@ func (op *gemmOp) tile(i, rows, p, c0, c1 int, aOff, bOff uintptr, kArg, acc int
 				}
 			}
 		}
+		scratchPool.Put(scratch)
 	}
 }
 

@@ -193,3 +193,67 @@ func TestAttentionSequenceIsIndependentOfBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestAttentionPastIsTheSequencesOwnStart computes whole sequences (no past) and the same
+// sequences with their first t tokens given as the past, for cut points t inside and across
+// the 64-row blocks and the 256-key cache blocks, on 1 and 2 threads: the rows after the cut
+// must have the same bits either way. The scorer relies on it to extend a cached template's KV
+// with a query's tokens and get the KV a cold pass computes (issue 14).
+func TestAttentionPastIsTheSequencesOwnStart(t *testing.T) {
+	defer SetThreads(Threads())
+	const heads, kvHeads, hd = 4, 2, 32
+	qs, kvs := heads*hd, kvHeads*hd
+	for _, c := range availableImpls() {
+		if c.dot {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			useImpl(t, c)
+			rng := rand.New(rand.NewPCG(14, 7))
+			const n = 330
+			whole := randAttention(rng, heads, kvHeads, hd, 0, []int{n})
+			SetThreads(1)
+			want := make([]float32, n*qs)
+			Attention(want, whole)
+			for _, cut := range []int{1, 47, 63, 64, 65, 200, 255, 256, 257, 329} {
+				for _, thr := range []int{1, 2} {
+					SetThreads(thr)
+					a := &PrefixAttention{
+						Heads: heads, KVHeads: kvHeads, HeadDim: hd, Scale: whole.Scale,
+						PastK: whole.K[:cut*kvs], PastV: whole.V[:cut*kvs], PastLen: cut,
+						Q: whole.Q[cut*qs:], K: whole.K[cut*kvs:], V: whole.V[cut*kvs:],
+						// Two copies of the rest: sequences share the past, not each other.
+						SeqStarts: []int{0, n - cut},
+					}
+					got := make([]float32, (n-cut)*qs)
+					Attention(got, a)
+					if i := firstBitDiff(got, want[cut*qs:]); i >= 0 {
+						t.Fatalf("past %d, %d threads: row %d value %d = %v, whole sequence %v", cut, thr, cut+i/qs, i%qs, got[i], want[cut*qs+i])
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSiLUMulValueIsIndependentOfSlice: rows of width 40 (a Qwen2-MoE shared expert; not a
+// multiple of the 16 lanes) through SiLUMul one at a time and several at once, from every row
+// offset: each value must have the same bits.
+func TestSiLUMulValueIsIndependentOfSlice(t *testing.T) {
+	const width, rows = 40, 7
+	rng := rand.New(rand.NewPCG(14, 8))
+	g, u := randVec(rng, width*rows), randVec(rng, width*rows)
+	alone := make([]float32, width*rows)
+	for r := range rows {
+		SiLUMul(alone[r*width:(r+1)*width], g[r*width:(r+1)*width], u[r*width:(r+1)*width])
+	}
+	for r0 := range rows {
+		for r1 := r0 + 1; r1 <= rows; r1++ {
+			got := make([]float32, (r1-r0)*width)
+			SiLUMul(got, g[r0*width:r1*width], u[r0*width:r1*width])
+			if i := firstBitDiff(got, alone[r0*width:r1*width]); i >= 0 {
+				t.Fatalf("rows [%d, %d): value %d = %v, row alone %v", r0, r1, r0*width+i, got[i], alone[r0*width+i])
+			}
+		}
+	}
+}

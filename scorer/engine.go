@@ -34,6 +34,10 @@ type Group struct {
 	// TooLong[i] is set when item i exceeded the limit and truncation was refused; such items
 	// have no tokens and are not scored.
 	TooLong []bool
+	// TemplateLen is how many leading Prefix tokens every query of the same instruction shares
+	// (the template head and the instruction, up to "<Query>:"): an engine may keep their KV
+	// once per instruction and extend it with each query's tokens. 0 when unknown.
+	TemplateLen int
 
 	// Outputs, filled by Engine.Forward.
 
@@ -41,6 +45,12 @@ type Group struct {
 	Logits []float32
 	// PrefixCached is true when the prefix KV came from the cross-request cache.
 	PrefixCached bool
+	// PrefixReused is how many Prefix tokens the pass did not compute for this group: all of
+	// them when PrefixCached (or an earlier group of the pass had the same prefix), the
+	// template's when only its KV was reused (the prefix cache's template level, or an earlier
+	// group of the pass with the same template); 0 when the whole prefix was computed. Engines
+	// without a prefix cache leave it 0.
+	PrefixReused int
 }
 
 // ItemTokens is Σ len(Items[i]).

@@ -11,7 +11,9 @@ import (
 
 // TestForwardFeatures: a pass reports the work it did in the cost model's terms, and that is
 // what CostFeatures predicted before it: a prefix repeated within the pass or published in the
-// cache is not counted, items too long to score are not counted.
+// cache is not counted, nor is a computed prefix's template when an earlier group of the pass
+// computes it or the cache holds it (its tokens after the template cost as an item of it), and
+// items too long to score are not counted.
 func TestForwardFeatures(t *testing.T) {
 	dir := generated(t, GenSpec{Arch: "qwen3_moe", Preset: "tiny", Seed: 1})
 	e := load(t, dir, Options{PrefixCacheBytes: 64 << 20})
@@ -36,9 +38,14 @@ func TestForwardFeatures(t *testing.T) {
 	}
 	a, a2, b := tok("espresso", testDocs[:3]...), tok("espresso", testDocs[3:5]...), tok("rainforest", testDocs[:2]...)
 	b.TooLong[1] = true // not scored: not work
+	// b's query is new, but its template (one instruction) is a's, computed once.
+	tmpl := b.TemplateLen
+	if tmpl == 0 || tmpl != a.TemplateLen {
+		t.Fatalf("template lengths %d, %d", a.TemplateLen, tmpl)
+	}
 	want := costmodel.BatchFeatures(len(a.Prefix), lens(a), false).
 		Add(costmodel.BatchFeatures(len(a2.Prefix), lens(a2), true)).
-		Add(costmodel.BatchFeatures(len(b.Prefix), lens(b), false))
+		Add(costmodel.BatchFeatures(len(b.Prefix), lens(b), true)).Add(costmodel.ItemFeatures(tmpl, len(b.Prefix)-tmpl))
 	gs := []*scorer.Group{a, a2, b}
 	if d := cmp.Diff(want, e.CostFeatures(gs)); d != "" {
 		t.Errorf("CostFeatures before the pass (-want +got):\n%s", d)
@@ -57,6 +64,17 @@ func TestForwardFeatures(t *testing.T) {
 	st, _ = forwardLogits(t, e, again)
 	if d := cmp.Diff(want, st.Features); d != "" {
 		t.Errorf("cached pass features (-want +got):\n%s", d)
+	}
+
+	// A new query: its template is published, only the query's tokens are computed.
+	c3 := tok("a third query", testDocs[:2]...)
+	want = costmodel.BatchFeatures(len(c3.Prefix), lens(c3), true).Add(costmodel.ItemFeatures(tmpl, len(c3.Prefix)-tmpl))
+	if d := cmp.Diff(want, e.CostFeatures([]*scorer.Group{c3})); d != "" {
+		t.Errorf("CostFeatures with a published template (-want +got):\n%s", d)
+	}
+	st, _ = forwardLogits(t, e, []*scorer.Group{c3})
+	if d := cmp.Diff(want, st.Features); d != "" {
+		t.Errorf("template-extended pass features (-want +got):\n%s", d)
 	}
 
 	c := costmodel.Coeffs{A: 1e-4, B: 1e-8, C: 1e-3}

@@ -25,6 +25,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -90,6 +91,54 @@ type Engine struct {
 	// outlives the weights that made it, even when a folder is overwritten with new weights of the
 	// same shape.
 	identity string
+	// templates maps an instruction to the tokens of the prompt up to "<Query>:" (see
+	// templateLen); bounded, rebuilt on demand.
+	templates templateTokens
+}
+
+// templateTokens is Tokenize's memo of each instruction's template tokens.
+type templateTokens struct {
+	tok  *tokenizer.Tokenizer
+	head []int32
+	mu   sync.Mutex
+	m    map[string][]int32
+}
+
+// maxTemplateMemo bounds the instructions remembered (a node serves a handful; a client sending
+// a new instruction per request must not grow the map without end).
+const maxTemplateMemo = 256
+
+// templateLen is how many leading tokens of prefix (a prompt prefix for instruction) every query
+// of the instruction shares: the template head and the body up to "<Query>:" — as tokens, the
+// common part of prefix and the instruction's template tokenized alone (byte-level BPE joins the
+// space after "<Query>:" to the query's first word, so the boundary is taken in token space, as
+// the prompt builder takes the document's). Any common token prefix is exact: a position's KV
+// depends on the tokens up to it only.
+func (tt *templateTokens) templateLen(instruction string, prefix []int32) int {
+	tt.mu.Lock()
+	toks, ok := tt.m[instruction]
+	tt.mu.Unlock()
+	if !ok {
+		// The body's text up to the query: what BodyPrefix gives two different queries alike,
+		// less the space that joins the query.
+		a, b := prompt.BodyPrefix(instruction, "a"), prompt.BodyPrefix(instruction, "b")
+		n := 0
+		for n < min(len(a), len(b)) && a[n] == b[n] {
+			n++
+		}
+		toks = append(append([]int32(nil), tt.head...), tt.tok.EncodePlain(strings.TrimRight(a[:n], " "))...)
+		tt.mu.Lock()
+		if tt.m == nil || len(tt.m) >= maxTemplateMemo {
+			tt.m = map[string][]int32{}
+		}
+		tt.m[instruction] = toks
+		tt.mu.Unlock()
+	}
+	n := 0
+	for n < min(len(toks), len(prefix)) && toks[n] == prefix[n] {
+		n++
+	}
+	return n
 }
 
 var _ scorer.Engine = (*Engine)(nil)
@@ -170,9 +219,10 @@ func Load(dir string, opt Options) (*Engine, error) {
 		name = filepath.Base(abs)
 	}
 	e := &Engine{
-		model:   m,
-		ckpt:    ck,
-		builder: prompt.New(tok, maxTokens),
+		model:     m,
+		ckpt:      ck,
+		builder:   prompt.New(tok, maxTokens),
+		templates: templateTokens{tok: tok, head: tok.Encode(prompt.HeadText)},
 		info: scorer.Info{
 			Model: name, Architecture: cfg.Arch(), DType: m.DType, Kernels: kernels.Implementation(),
 			MaxTokens: maxTokens,
@@ -220,14 +270,26 @@ func (e *Engine) Close() error { return e.ckpt.Close() }
 // Builder is the prompt builder the engine tokenizes with.
 func (e *Engine) Builder() *prompt.Builder { return e.builder }
 
-// Tokenize builds the group of one batch (see prompt.Builder.Build). Safe for concurrent use.
+// Tokenize builds the group of one batch (see prompt.Builder.Build) and marks its template
+// (Group.TemplateLen). Safe for concurrent use.
 func (e *Engine) Tokenize(instruction, query string, docs []string, opt scorer.TokenizeOptions) (*scorer.Group, error) {
-	return e.builder.Build(instruction, query, docs, opt)
+	g, err := e.builder.Build(instruction, query, docs, opt)
+	if err != nil {
+		return nil, err
+	}
+	g.TemplateLen = e.templates.templateLen(instruction, g.Prefix)
+	return g, nil
 }
 
 // Forward scores every item of every group in one packed pass: each distinct prefix is computed
 // once (or taken from the prefix cache), every item runs against its prefix's KV. Logits[i] is
 // logit("yes") − logit("no"); items marked TooLong (or with no tokens) get 0 and are not scored.
+//
+// The prefix cache has two levels. A group's whole prefix (template, instruction, query) is
+// looked up first; when it misses, its template (Group.TemplateLen tokens: the template head and
+// instruction that every query of the instruction shares) is, and on a hit only the query's
+// tokens are computed, extending the template's KV. A pass publishes both the prefixes and the
+// templates it computed. The scores are the same bits either way (qwen.Group.TemplateLen).
 func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.ForwardStats, error) {
 	var stats scorer.ForwardStats
 	start := time.Now()
@@ -242,12 +304,12 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 				items[j] = it
 			}
 		}
-		qg[i] = &qwen.Group{Prefix: g.Prefix, Items: items}
-		g.PrefixCached = false
+		qg[i] = &qwen.Group{Prefix: g.Prefix, Items: items, TemplateLen: templateLen(g)}
+		g.PrefixCached, g.PrefixReused = false, 0
 	}
-	// The pass is one cache epoch: a prefix it computes is reserved now, filled and published
-	// only if the whole pass succeeds, and dropped on any error, cancellation or panic.
-	var res []*prefixcache.Reservation
+	// The pass is one cache epoch: a prefix or template it computes is reserved now, filled and
+	// published only if the whole pass succeeds, and dropped on any error, cancellation or panic.
+	var res, tres []*prefixcache.Reservation
 	succeeded := false
 	if e.cache != nil {
 		ep := e.cache.Begin()
@@ -256,20 +318,24 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 				ep.Abort()
 				return
 			}
-			for i, r := range res {
-				if r != nil && qg[i].KV != nil {
+			for i := range groups {
+				if r := res[i]; r != nil && qg[i].KV != nil {
 					r.Fill(qg[i].KV, qg[i].KV.Bytes())
+				}
+				if r := tres[i]; r != nil && qg[i].TemplateKV != nil {
+					r.Fill(qg[i].TemplateKV, qg[i].TemplateKV.Bytes())
 				}
 			}
 			ep.Commit()
 		}()
 		res = make([]*prefixcache.Reservation, len(groups))
+		tres = make([]*prefixcache.Reservation, len(groups))
 		reserved := map[*prefixcache.Reservation]bool{}
 		for i, g := range groups {
 			if len(g.Prefix) == 0 {
 				continue
 			}
-			l, err := ep.Acquire(prefixcache.KeyOf(e.identity, g.Prefix))
+			l, err := ep.AcquireAt(prefixcache.LevelPrefix, prefixcache.KeyOf(e.identity, g.Prefix))
 			if err != nil {
 				return stats, fmt.Errorf("forward: %w", err)
 			}
@@ -281,12 +347,37 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 				}
 				qg[i].Cached = kv
 				g.PrefixCached = true
+				continue
 			case l.Res != nil && !reserved[l.Res]:
 				// The first group with this prefix computes and keeps its KV; later groups of
 				// the same pass share it inside qwen.Forward.
 				reserved[l.Res] = true
 				res[i] = l.Res
 				qg[i].KeepKV = true
+			default:
+				continue
+			}
+			t := qg[i].TemplateLen
+			if t == 0 {
+				continue
+			}
+			l, err = ep.AcquireAt(prefixcache.LevelTemplate, prefixcache.KeyOf(e.identity, g.Prefix[:t]))
+			if err != nil {
+				return stats, fmt.Errorf("forward: %w", err)
+			}
+			switch {
+			case l.Hit:
+				kv, ok := l.Value.(*qwen.PrefixKV)
+				if !ok || kv.Len != t {
+					return stats, fmt.Errorf("forward: group %d: prefix cache holds %T, not this template's KV", i, l.Value)
+				}
+				qg[i].Template = kv
+			case l.Res != nil && !reserved[l.Res]:
+				// The first group with this template keeps its KV; later ones share it in
+				// qwen.Forward.
+				reserved[l.Res] = true
+				tres[i] = l.Res
+				qg[i].KeepTemplateKV = true
 			}
 		}
 	}
@@ -305,23 +396,22 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 				g.Logits[j] = l[j][0] - l[j][1]
 			}
 		}
+		g.PrefixReused = qg[i].Reused
 	}
 	succeeded = true
 	stats.Duration = time.Since(start)
 	stats.PrefixTokens = st.PrefixTokens
-	// Reused: prefix tokens not computed, from the cache or shared with another group of the
-	// same pass (identical prefixes are computed once).
+	// Reused: prefix tokens not computed, from the cache (whole prefixes or templates) or
+	// shared with another group of the same pass (identical prefixes or templates are computed
+	// once).
 	for _, g := range groups {
 		stats.PrefixReused += len(g.Prefix)
 	}
 	stats.PrefixReused -= st.PrefixTokens
 	stats.ItemTokens = st.ItemTokens
-	// The pass's work: qwen.Forward computes each distinct uncached prefix once.
-	seen := make(map[prefixcache.Key]bool, len(groups))
+	// The pass's work: what qwen.Forward computed of each group's prefix, and its items.
 	for _, g := range groups {
-		k := prefixcache.KeyOf(e.identity, g.Prefix)
-		stats.Features = stats.Features.Add(groupFeatures(g, g.PrefixCached || seen[k] || len(g.Prefix) == 0))
-		seen[k] = true
+		stats.Features = stats.Features.Add(groupFeatures(g, g.PrefixReused))
 	}
 	if st.MoECalls > 0 {
 		stats.MoEVariants = st.MoEVariants
@@ -330,33 +420,60 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 	return stats, nil
 }
 
+// templateLen is g's template length when it splits the prefix (0 < TemplateLen < len(Prefix)),
+// else 0.
+func templateLen(g *scorer.Group) int {
+	if g.TemplateLen > 0 && g.TemplateLen < len(g.Prefix) {
+		return g.TemplateLen
+	}
+	return 0
+}
+
 // CostFeatures is the work Forward would do for the groups now (scorer.Engine): a prefix is not
-// computed when it is published in the prefix cache or repeats an earlier group of the same pass.
-// Safe for concurrent use, also while Forward runs.
+// computed when it is published in the prefix cache or repeats an earlier group of the same pass;
+// nor, when the prefix is computed, is its template when that is published or repeats an earlier
+// group's. Safe for concurrent use, also while Forward runs.
 func (e *Engine) CostFeatures(groups []*scorer.Group) costmodel.Features {
 	var f costmodel.Features
 	seen := make(map[prefixcache.Key]bool, len(groups))
 	for _, g := range groups {
-		cached := false
+		reused := 0
 		if len(g.Prefix) > 0 {
 			k := prefixcache.KeyOf(e.identity, g.Prefix)
-			cached = seen[k] || (e.cache != nil && e.cache.Contains(k))
+			if seen[k] || (e.cache != nil && e.cache.Contains(k)) {
+				reused = len(g.Prefix)
+			} else if t := templateLen(g); t > 0 {
+				tk := prefixcache.KeyOf(e.identity, g.Prefix[:t])
+				if seen[tk] || (e.cache != nil && e.cache.Contains(tk)) {
+					reused = t
+				}
+				seen[tk] = true
+			}
 			seen[k] = true
 		}
-		f = f.Add(groupFeatures(g, cached))
+		f = f.Add(groupFeatures(g, reused))
 	}
 	return f
 }
 
-// groupFeatures is one group's work: its prefix unless cached, its scorable items, one batch.
-func groupFeatures(g *scorer.Group, prefixCached bool) costmodel.Features {
+// groupFeatures is one group's work: its prefix but for the reused leading tokens (the tokens
+// after them attend them as an item does its prefix), its scorable items, one batch.
+func groupFeatures(g *scorer.Group, reused int) costmodel.Features {
 	items := make([]int, 0, len(g.Items))
 	for j, it := range g.Items {
 		if len(g.TooLong) == 0 || !g.TooLong[j] {
 			items = append(items, len(it))
 		}
 	}
-	return costmodel.BatchFeatures(len(g.Prefix), items, prefixCached)
+	P := len(g.Prefix)
+	f := costmodel.BatchFeatures(P, items, true)
+	switch {
+	case reused <= 0:
+		f = f.Add(costmodel.PrefixFeatures(P))
+	case reused < P:
+		f = f.Add(costmodel.ItemFeatures(reused, P-reused))
+	}
+	return f
 }
 
 // CostPrior is the engine's starting cost model (scorer.Engine): Options.Cost when given, else

@@ -126,7 +126,12 @@ func TestSharedPrefixEqualsOnePairAtATime(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st.PrefixTokens != len(groups[0].Prefix)+len(groups[1].Prefix)+len(groups[2].Prefix) {
+			// One instruction: the three queries' template is computed once.
+			tmpl := groups[0].TemplateLen
+			if tmpl == 0 || groups[1].TemplateLen != tmpl || groups[2].TemplateLen != tmpl {
+				t.Errorf("template lengths %d %d %d: want one, > 0", tmpl, groups[1].TemplateLen, groups[2].TemplateLen)
+			}
+			if st.PrefixTokens != len(groups[0].Prefix)+len(groups[1].Prefix)+len(groups[2].Prefix)-2*tmpl {
 				t.Errorf("prefix tokens %d", st.PrefixTokens)
 			}
 			for gi, g := range groups {

@@ -28,6 +28,9 @@ type pathScore struct {
 	engine  int // index into the engines of the test
 	threads int
 	passes  [][]pathGroup
+	// wholePrefix clears the groups' TemplateLen: each prefix computed in one piece, not as
+	// the template and its extension.
+	wholePrefix bool
 }
 
 type pathGroup struct {
@@ -42,6 +45,9 @@ type pathGroup struct {
 //   - all in one batch, and in batches of 2, 3, 5 and 8, in shuffled orders;
 //   - beside another query's batch in the same pass, and beside a batch with the same prefix;
 //   - with the prefix read from the prefix cache (published by an earlier pass);
+//   - with the template head and instruction read from the prefix cache's template level
+//     (published by another query's pass) and only the query's tokens computed, or computed
+//     once in the pass for two queries, or the prefix computed in one piece (no template split);
 //   - on one and on two kernel threads;
 //   - with every MoE kernel policy (auto, threshold, each fixed variant), so whatever variant a
 //     batch's routing picks;
@@ -77,17 +83,23 @@ func TestScoresArePathIndependent(t *testing.T) {
 	// Paths over engines 0 (no prefix cache) and 1 (with one); MoE models add one engine per
 	// policy (2…), each scoring the whole batch and small batches.
 	paths := []pathScore{
-		{"whole batch, 2 threads", 0, 2, [][]pathGroup{{{queries[0], all}}}},
-		{"shuffled whole batch, 1 thread", 0, 1, [][]pathGroup{{{queries[0], shuffled()}}}},
-		{"batches of 2, 2 threads", 0, 2, chunks(shuffled(), 2)},
-		{"batches of 3, 1 thread", 0, 1, chunks(shuffled(), 3)},
-		{"batches of 5, 2 threads", 0, 2, chunks(shuffled(), 5)},
-		{"batches of 8, 1 thread", 0, 1, chunks(shuffled(), 8)},
-		{"beside another query, 2 threads", 0, 2, [][]pathGroup{{{queries[1], all[:7]}, {queries[0], shuffled()}, {queries[1], all[7:]}}}},
-		{"split over two groups of one prefix, 1 thread", 0, 1, [][]pathGroup{{{queries[0], all[:9]}, {queries[1], all[3:6]}, {queries[0], all[9:]}}}},
+		{"whole batch, 2 threads", 0, 2, [][]pathGroup{{{queries[0], all}}}, false},
+		{"shuffled whole batch, 1 thread", 0, 1, [][]pathGroup{{{queries[0], shuffled()}}}, false},
+		{"batches of 2, 2 threads", 0, 2, chunks(shuffled(), 2), false},
+		{"batches of 3, 1 thread", 0, 1, chunks(shuffled(), 3), false},
+		{"batches of 5, 2 threads", 0, 2, chunks(shuffled(), 5), false},
+		{"batches of 8, 1 thread", 0, 1, chunks(shuffled(), 8), false},
+		{"beside another query, 2 threads", 0, 2, [][]pathGroup{{{queries[1], all[:7]}, {queries[0], shuffled()}, {queries[1], all[7:]}}}, false},
+		{"split over two groups of one prefix, 1 thread", 0, 1, [][]pathGroup{{{queries[0], all[:9]}, {queries[1], all[3:6]}, {queries[0], all[9:]}}}, false},
 		// Engine 1: the first pass computes and publishes the prefix, the later ones read it.
-		{"cache: cold then cached, 2 threads", 1, 2, append([][]pathGroup{{{queries[0], all[:4]}}}, chunks(shuffled(), 6)...)},
-		{"cache: cached one at a time, 1 thread", 1, 1, ones},
+		{"cache: cold then cached, 2 threads", 1, 2, append([][]pathGroup{{{queries[0], all[:4]}}}, chunks(shuffled(), 6)...), false},
+		{"cache: cached one at a time, 1 thread", 1, 1, ones, false},
+		// Engine 2: another query's pass publishes the template; the first pass of this query
+		// misses its prefix and extends the cached template.
+		{"cache: template from another query's pass, 2 threads", 2, 2, [][]pathGroup{{{queries[1], all[:2]}}, {{queries[0], shuffled()}}}, false},
+		{"cache: template cached, prefix cached, 1 thread", 2, 1, chunks(shuffled(), 4), false},
+		{"prefix in one piece, 1 thread", 0, 1, [][]pathGroup{{{queries[0], all}}}, true},
+		{"prefix in one piece beside another query, 2 threads", 0, 2, [][]pathGroup{{{queries[1], all[:3]}, {queries[0], shuffled()}}}, true},
 	}
 	specs := []GenSpec{
 		{Arch: "qwen3", Preset: "tiny", Seed: 1, DType: "f32"},
@@ -100,14 +112,14 @@ func TestScoresArePathIndependent(t *testing.T) {
 	for _, spec := range specs {
 		t.Run(spec.Arch+"/"+spec.DType, func(t *testing.T) {
 			dir := generated(t, spec)
-			engines := []*Engine{load(t, dir, Options{}), load(t, dir, Options{PrefixCacheBytes: 64 << 20})}
+			engines := []*Engine{load(t, dir, Options{}), load(t, dir, Options{PrefixCacheBytes: 64 << 20}), load(t, dir, Options{PrefixCacheBytes: 64 << 20})}
 			paths := paths
 			if spec.Arch != "qwen3" {
 				for _, p := range []string{"threshold", "fixed:exact", "fixed:16", "fixed:32", "fixed:64", "fixed:128"} {
 					engines = append(engines, load(t, dir, Options{MoEPolicy: p}))
 					paths = append(paths,
-						pathScore{p + ": whole batch, 2 threads", len(engines) - 1, 2, [][]pathGroup{{{queries[0], shuffled()}}}},
-						pathScore{p + ": batches of 3, 1 thread", len(engines) - 1, 1, chunks(shuffled(), 3)})
+						pathScore{p + ": whole batch, 2 threads", len(engines) - 1, 2, [][]pathGroup{{{queries[0], shuffled()}}}, false},
+						pathScore{p + ": batches of 3, 1 thread", len(engines) - 1, 1, chunks(shuffled(), 3), false})
 				}
 			}
 			score := func(p pathScore) map[int]float32 {
@@ -125,6 +137,9 @@ func TestScoresArePathIndependent(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
+						if p.wholePrefix {
+							g.TemplateLen = 0
+						}
 						gs = append(gs, g)
 					}
 					if _, err := e.Forward(context.Background(), gs); err != nil {
@@ -141,7 +156,7 @@ func TestScoresArePathIndependent(t *testing.T) {
 				}
 				return got
 			}
-			want := score(pathScore{"cold, one at a time, 1 thread", 0, 1, ones})
+			want := score(pathScore{"cold, one at a time, 1 thread", 0, 1, ones, false})
 			for _, p := range paths {
 				got := score(p)
 				bad := 0
@@ -160,6 +175,9 @@ func TestScoresArePathIndependent(t *testing.T) {
 			}
 			if s, ok := engines[1].PrefixCacheStats(); !ok || s.Hits == 0 {
 				t.Errorf("the cached paths never hit the prefix cache: %+v", s)
+			}
+			if s, ok := engines[2].PrefixCacheStats(); !ok || s.TemplateHits != 1 || s.Hits == 0 {
+				t.Errorf("the template paths did not hit the template once, then the prefix: %+v", s)
 			}
 		})
 	}

@@ -52,9 +52,15 @@ func TestPrefixCachePublishesOnSuccess(t *testing.T) {
 		return l
 	}()
 
-	st, first := forwardLogits(t, e, cacheGroups(t, e))
-	if st.PrefixReused != 0 {
-		t.Errorf("first pass reused %d prefix tokens", st.PrefixReused)
+	gs0 := cacheGroups(t, e)
+	tmpl := gs0[0].TemplateLen
+	if tmpl == 0 || tmpl != gs0[1].TemplateLen {
+		t.Fatalf("template lengths %d and %d: want one, > 0", tmpl, gs0[1].TemplateLen)
+	}
+	st, first := forwardLogits(t, e, gs0)
+	// The two queries share their template (one instruction): computed once in the pass.
+	if st.PrefixReused != tmpl || gs0[0].PrefixReused != 0 || gs0[1].PrefixReused != tmpl {
+		t.Errorf("first pass reused %d prefix tokens (%d, %d), want the template's %d once", st.PrefixReused, gs0[0].PrefixReused, gs0[1].PrefixReused, tmpl)
 	}
 	gs := cacheGroups(t, e)
 	st, second := forwardLogits(t, e, gs)
@@ -68,9 +74,28 @@ func TestPrefixCachePublishesOnSuccess(t *testing.T) {
 	if d := cmp.Diff(want, second, near); d != "" {
 		t.Errorf("cached pass vs engine without cache (-want +got):\n%s", d)
 	}
+	// A third query of the same instruction: its prefix misses, its template hits, and only its
+	// own tokens are computed; its logits are a cold engine's, bit for bit.
+	third := func(e *Engine) *scorer.Group {
+		g, err := e.Tokenize("", "a third query", testDocs[:3], scorer.TokenizeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	g3 := third(e)
+	st, got3 := forwardLogits(t, e, []*scorer.Group{g3})
+	if g3.PrefixCached || g3.PrefixReused != tmpl || st.PrefixTokens != len(g3.Prefix)-tmpl || st.PrefixReused != tmpl {
+		t.Errorf("third query: cached %v, reused %d, stats %+v; want the template's %d tokens reused", g3.PrefixCached, g3.PrefixReused, st, tmpl)
+	}
+	coldEngine := load(t, dir, Options{})
+	_, want3 := forwardLogits(t, coldEngine, []*scorer.Group{third(coldEngine)})
+	if d := cmp.Diff(want3, got3); d != "" {
+		t.Errorf("template-extended pass vs engine without cache, bit for bit (-want +got):\n%s", d)
+	}
 	s, ok := e.PrefixCacheStats()
-	if !ok || s.Entries != 2 || s.Hits != 2 || s.Misses != 2 || s.Pending != 0 || s.Bytes <= 0 {
-		t.Errorf("stats %+v, %v", s, ok)
+	if !ok || s.Entries != 4 || s.Hits != 2 || s.Misses != 3 || s.TemplateHits != 1 || s.TemplateMisses != 1 || s.Pending != 0 || s.Bytes <= 0 {
+		t.Errorf("stats %+v, %v: want 3 prefixes and a template cached, 2 prefix hits, 3 misses, 1 template hit, 1 miss", s, ok)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP relevance_scorer_prefix_cache_hits_total Prefix lookups served from a published cache entry.
@@ -78,8 +103,15 @@ func TestPrefixCachePublishesOnSuccess(t *testing.T) {
 relevance_scorer_prefix_cache_hits_total 2
 # HELP relevance_scorer_prefix_cache_misses_total Prefix lookups that had to compute the prefix.
 # TYPE relevance_scorer_prefix_cache_misses_total counter
-relevance_scorer_prefix_cache_misses_total 2
-`), "relevance_scorer_prefix_cache_hits_total", "relevance_scorer_prefix_cache_misses_total"); err != nil {
+relevance_scorer_prefix_cache_misses_total 3
+# HELP relevance_scorer_prefix_cache_template_hits_total Template (template head + instruction) lookups served from a published cache entry, after the whole prefix missed.
+# TYPE relevance_scorer_prefix_cache_template_hits_total counter
+relevance_scorer_prefix_cache_template_hits_total 1
+# HELP relevance_scorer_prefix_cache_template_misses_total Template (template head + instruction) lookups that had to compute the template.
+# TYPE relevance_scorer_prefix_cache_template_misses_total counter
+relevance_scorer_prefix_cache_template_misses_total 1
+`), "relevance_scorer_prefix_cache_hits_total", "relevance_scorer_prefix_cache_misses_total",
+		"relevance_scorer_prefix_cache_template_hits_total", "relevance_scorer_prefix_cache_template_misses_total"); err != nil {
 		t.Error(err)
 	}
 	if probs, err := testutil.GatherAndLint(reg); err != nil || len(probs) > 0 {
@@ -133,7 +165,9 @@ func TestPrefixCacheFailedPass(t *testing.T) {
 				layer = len(e.model.Layers) - 1
 			}
 			gs := cacheGroups(t, e)
-			keys := []prefixcache.Key{prefixcache.KeyOf(e.identity, gs[0].Prefix), prefixcache.KeyOf(e.identity, gs[1].Prefix)}
+			tmpl := gs[0].TemplateLen
+			keys := []prefixcache.Key{prefixcache.KeyOf(e.identity, gs[0].Prefix), prefixcache.KeyOf(e.identity, gs[1].Prefix),
+				prefixcache.KeyOf(e.identity, gs[0].Prefix[:tmpl])}
 			// otherEpochSees reports whether another batch would be served any of the prefixes.
 			otherEpochSees := func() bool {
 				ep := e.cache.Begin()
@@ -153,8 +187,8 @@ func TestPrefixCacheFailedPass(t *testing.T) {
 					return nil
 				}
 				hooked = true
-				if s, _ := e.PrefixCacheStats(); s.Pending != 2 {
-					t.Errorf("at layer %d: %d pending reservations, want the pass's 2 registered", l, s.Pending)
+				if s, _ := e.PrefixCacheStats(); s.Pending != 3 {
+					t.Errorf("at layer %d: %d pending reservations, want the pass's 3 registered (2 prefixes, their template)", l, s.Pending)
 				}
 				if otherEpochSees() {
 					t.Errorf("at layer %d: another epoch sees the prefix being computed", l)
@@ -192,13 +226,13 @@ func TestPrefixCacheFailedPass(t *testing.T) {
 			e.model.BeforeLayer = nil
 			gs = cacheGroups(t, e)
 			st, got := forwardLogits(t, e, gs)
-			if gs[0].PrefixCached || gs[1].PrefixCached || st.PrefixTokens != len(gs[0].Prefix)+len(gs[1].Prefix) {
+			if gs[0].PrefixCached || gs[1].PrefixCached || st.PrefixTokens != len(gs[0].Prefix)+len(gs[1].Prefix)-tmpl {
 				t.Errorf("retry: cached %v %v, stats %+v", gs[0].PrefixCached, gs[1].PrefixCached, st)
 			}
 			if d := cmp.Diff(want, got, near); d != "" {
 				t.Errorf("retry after the failed pass (-want +got):\n%s", d)
 			}
-			if s, _ := e.PrefixCacheStats(); s.Entries != 2 || s.Pending != 0 {
+			if s, _ := e.PrefixCacheStats(); s.Entries != 3 || s.Pending != 0 {
 				t.Errorf("after the retry %+v", s)
 			}
 		})
@@ -206,7 +240,7 @@ func TestPrefixCacheFailedPass(t *testing.T) {
 }
 
 // TestPrefixCacheSamePrefixTwiceInOnePass: two groups with one prefix in a pass compute it once
-// and publish it once.
+// and publish it once (and its template once).
 func TestPrefixCacheSamePrefixTwiceInOnePass(t *testing.T) {
 	e := load(t, generated(t, GenSpec{Arch: "qwen3", Preset: "tiny", Seed: 1}), Options{PrefixCacheBytes: 64 << 20})
 	var gs []*scorer.Group
@@ -221,8 +255,8 @@ func TestPrefixCacheSamePrefixTwiceInOnePass(t *testing.T) {
 	if st.PrefixTokens != len(gs[0].Prefix) || st.PrefixReused != len(gs[1].Prefix) {
 		t.Errorf("stats %+v", st)
 	}
-	if s, _ := e.PrefixCacheStats(); s.Entries != 1 || s.Misses != 1 || s.Pending != 0 {
-		t.Errorf("cache %+v", s)
+	if s, _ := e.PrefixCacheStats(); s.Entries != 2 || s.Misses != 1 || s.TemplateMisses != 1 || s.Pending != 0 {
+		t.Errorf("cache %+v: want the prefix and its template, one miss each", s)
 	}
 }
 
@@ -271,5 +305,42 @@ func TestEstimateDuringForward(t *testing.T) {
 	}
 	if warm := e.EstimateSeconds(gs); !(warm < cold) {
 		t.Errorf("estimate after publishing %v, before %v", warm, cold)
+	}
+}
+
+// TestTemplateLenIsTheSharedHead: Tokenize marks as template exactly the tokens every query of
+// an instruction shares — the common token prefix of two queries' prefixes — for the default
+// and a custom instruction; prompts of different instructions share only the template head.
+func TestTemplateLenIsTheSharedHead(t *testing.T) {
+	e := load(t, generated(t, GenSpec{Arch: "qwen3", Preset: "tiny", Seed: 1}), Options{})
+	common := func(a, b []int32) int {
+		n := 0
+		for n < min(len(a), len(b)) && a[n] == b[n] {
+			n++
+		}
+		return n
+	}
+	var firsts []*scorer.Group
+	for _, instr := range []string{"", "Find passages that answer the query"} {
+		var gs []*scorer.Group
+		for _, q := range []string{"cheap espresso at home", "largest rainforest", "右三角形", " leading space"} {
+			g, err := e.Tokenize(instr, q, testDocs[:2], scorer.TokenizeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.TemplateLen <= 0 || g.TemplateLen >= len(g.Prefix) {
+				t.Fatalf("instruction %q query %q: template %d of a %d-token prefix", instr, q, g.TemplateLen, len(g.Prefix))
+			}
+			gs = append(gs, g)
+		}
+		for _, g := range gs[1:] {
+			if c := common(gs[0].Prefix, g.Prefix); g.TemplateLen != gs[0].TemplateLen || c != g.TemplateLen {
+				t.Errorf("instruction %q: templates of %d and %d tokens, prefixes share %d", instr, gs[0].TemplateLen, g.TemplateLen, c)
+			}
+		}
+		firsts = append(firsts, gs[0])
+	}
+	if c := common(firsts[0].Prefix, firsts[1].Prefix); c >= firsts[0].TemplateLen || c >= firsts[1].TemplateLen {
+		t.Errorf("two instructions' prompts share %d tokens, as many as a template (%d, %d)", c, firsts[0].TemplateLen, firsts[1].TemplateLen)
 	}
 }

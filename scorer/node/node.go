@@ -719,14 +719,15 @@ func (n *Node) reply(req *pb.ScoreBatchRequest, g *scorer.Group, r passResult, i
 		resp.Scores[i] = sc
 	}
 	if scored > 0 {
-		// The prefix is computed once (or not at all on a cache hit); every other item reuses it.
-		reused := uint64(scored-1) * uint64(P)
+		// The prefix is computed once, less what the engine reused (scorer.Group.PrefixReused:
+		// all of it on a prefix-cache hit or when a batch merged into the same pass had the same
+		// prefix, the template's when only that was); every other item reuses it.
+		notComputed := min(g.PrefixReused, P)
 		if g.PrefixCached {
-			reused += uint64(P)
-		} else {
-			resp.Usage.PrefixTokens = uint64(P)
+			notComputed = P
 		}
-		resp.Usage.PrefixTokensReused = reused
+		resp.Usage.PrefixTokens = uint64(P - notComputed)
+		resp.Usage.PrefixTokensReused = uint64(scored-1)*uint64(P) + uint64(notComputed)
 	}
 	l := n.sched.load()
 	resp.Load = &pb.NodeLoad{

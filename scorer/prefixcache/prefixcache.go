@@ -13,6 +13,11 @@
 // private copy; the first to commit publishes it, a later commit keeps the published entry and
 // drops its own copy (the payloads are equal: same model, same tokens).
 //
+// Entries come in two levels, counted apart (Stats, metrics) but stored, keyed and evicted alike:
+// a request's whole prefix (LevelPrefix: template head, instruction and query) and the template
+// head and instruction alone (LevelTemplate), which every query of an instruction shares and
+// the engine extends with the query's tokens when the whole prefix is not cached.
+//
 // Only published entries count against the budget; an entry larger than the whole budget is not
 // kept. A Cache is safe for concurrent use; an Epoch is meant for one goroutine (the forward pass)
 // but is also safe to share. The zero Cache is not usable: call New.
@@ -59,15 +64,29 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
-// Stats is a snapshot of the cache's counters.
+// Level says what a lookup is for; the hit and miss counters are kept per level.
+type Level uint8
+
+const (
+	// LevelPrefix: a request's whole prefix (template head, instruction, query).
+	LevelPrefix Level = iota
+	// LevelTemplate: the template head and instruction alone, looked up when the whole prefix
+	// missed.
+	LevelTemplate
+)
+
+// Stats is a snapshot of the cache's counters. Hits and Misses count whole-prefix lookups
+// (LevelPrefix), TemplateHits and TemplateMisses template lookups (LevelTemplate).
 type Stats struct {
-	Entries     int   `json:"entries"`
-	Bytes       int64 `json:"bytes"`
-	BudgetBytes int64 `json:"budget_bytes"`
-	Pending     int   `json:"pending"`
-	Hits        int64 `json:"hits"`
-	Misses      int64 `json:"misses"`
-	Evictions   int64 `json:"evictions"`
+	Entries        int   `json:"entries"`
+	Bytes          int64 `json:"bytes"`
+	BudgetBytes    int64 `json:"budget_bytes"`
+	Pending        int   `json:"pending"`
+	Hits           int64 `json:"hits"`
+	Misses         int64 `json:"misses"`
+	TemplateHits   int64 `json:"template_hits"`
+	TemplateMisses int64 `json:"template_misses"`
+	Evictions      int64 `json:"evictions"`
 }
 
 // Cache holds published prefix payloads and the epochs' pending reservations.
@@ -80,8 +99,8 @@ type Cache struct {
 	bytes     int64
 	pending   int // reservations not yet committed or aborted, all epochs
 	nextEpoch uint64
-	hits      int64
-	misses    int64
+	hits      [2]int64 // per Level
+	misses    [2]int64
 	evictions int64
 
 	m *metrics
@@ -94,7 +113,8 @@ type entry struct {
 }
 
 type metrics struct {
-	hits, misses, evictions prometheus.Counter
+	hits, misses [2]prometheus.Counter // per Level
+	evictions    prometheus.Counter
 }
 
 // New returns an empty cache with the given budget.
@@ -117,14 +137,26 @@ func New(opt Options) (*Cache, error) {
 
 func newMetrics(reg prometheus.Registerer, c *Cache) (*metrics, error) {
 	m := &metrics{
-		hits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "relevance_scorer_prefix_cache_hits_total",
-			Help: "Prefix lookups served from a published cache entry.",
-		}),
-		misses: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "relevance_scorer_prefix_cache_misses_total",
-			Help: "Prefix lookups that had to compute the prefix.",
-		}),
+		hits: [2]prometheus.Counter{
+			prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "relevance_scorer_prefix_cache_hits_total",
+				Help: "Prefix lookups served from a published cache entry.",
+			}),
+			prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "relevance_scorer_prefix_cache_template_hits_total",
+				Help: "Template (template head + instruction) lookups served from a published cache entry, after the whole prefix missed.",
+			}),
+		},
+		misses: [2]prometheus.Counter{
+			prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "relevance_scorer_prefix_cache_misses_total",
+				Help: "Prefix lookups that had to compute the prefix.",
+			}),
+			prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "relevance_scorer_prefix_cache_template_misses_total",
+				Help: "Template (template head + instruction) lookups that had to compute the template.",
+			}),
+		},
 		evictions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "relevance_scorer_prefix_cache_evictions_total",
 			Help: "Published prefix entries evicted to stay within the memory budget.",
@@ -141,7 +173,7 @@ func newMetrics(reg prometheus.Registerer, c *Cache) (*metrics, error) {
 		Name: "relevance_scorer_prefix_cache_entries",
 		Help: "Published prefix entries.",
 	}, func() float64 { return float64(c.Stats().Entries) })
-	for _, col := range []prometheus.Collector{m.hits, m.misses, m.evictions, bytes, entries} {
+	for _, col := range []prometheus.Collector{m.hits[0], m.misses[0], m.hits[1], m.misses[1], m.evictions, bytes, entries} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("prefix cache metrics: %w", err)
 		}
@@ -155,7 +187,9 @@ func (c *Cache) Stats() Stats {
 	defer c.mu.Unlock()
 	return Stats{
 		Entries: len(c.entries), Bytes: c.bytes, BudgetBytes: c.budget, Pending: c.pending,
-		Hits: c.hits, Misses: c.misses, Evictions: c.evictions,
+		Hits: c.hits[LevelPrefix], Misses: c.misses[LevelPrefix],
+		TemplateHits: c.hits[LevelTemplate], TemplateMisses: c.misses[LevelTemplate],
+		Evictions: c.evictions,
 	}
 }
 
@@ -232,8 +266,16 @@ type Lookup struct {
 var ErrEpochDone = errors.New("prefix cache: epoch already committed or aborted")
 
 // Acquire looks key up for this epoch: a published entry (Hit), a payload this epoch already
-// computed (Local), or a miss, which registers a reservation at once and returns it.
-func (e *Epoch) Acquire(key Key) (Lookup, error) {
+// computed (Local), or a miss, which registers a reservation at once and returns it. It is
+// AcquireAt(LevelPrefix, key).
+func (e *Epoch) Acquire(key Key) (Lookup, error) { return e.AcquireAt(LevelPrefix, key) }
+
+// AcquireAt is Acquire counted under level (Stats, metrics); hits and misses are counted only for
+// lookups that reach the published entries (not for keys this epoch reserved before).
+func (e *Epoch) AcquireAt(level Level, key Key) (Lookup, error) {
+	if level > LevelTemplate {
+		return Lookup{}, fmt.Errorf("prefix cache: unknown level %d", level)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.done {
@@ -249,16 +291,16 @@ func (e *Epoch) Acquire(key Key) (Lookup, error) {
 	c.mu.Lock()
 	if el, ok := c.entries[key]; ok {
 		c.lru.MoveToFront(el)
-		c.hits++
+		c.hits[level]++
 		v := el.Value.(*entry).value
 		c.mu.Unlock()
-		c.m.hits.Inc()
+		c.m.hits[level].Inc()
 		return Lookup{Value: v, Hit: true}, nil
 	}
-	c.misses++
+	c.misses[level]++
 	c.pending++
 	c.mu.Unlock()
-	c.m.misses.Inc()
+	c.m.misses[level].Inc()
 	r := &Reservation{e: e, key: key}
 	e.res[key] = r
 	e.order = append(e.order, r)

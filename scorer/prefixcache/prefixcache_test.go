@@ -298,6 +298,11 @@ func TestMetricsLint(t *testing.T) {
 	publish(t, c, key(2), 2, 60) // evicts key 1
 	e := c.Begin()
 	acquire(t, e, key(2))
+	for _, k := range []Key{key(2), key(3)} { // a template hit, a template miss
+		if _, err := e.AcquireAt(LevelTemplate, k); err != nil {
+			t.Fatal(err)
+		}
+	}
 	e.Commit()
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
@@ -319,12 +324,48 @@ relevance_scorer_prefix_cache_hits_total 1
 # HELP relevance_scorer_prefix_cache_misses_total Prefix lookups that had to compute the prefix.
 # TYPE relevance_scorer_prefix_cache_misses_total counter
 relevance_scorer_prefix_cache_misses_total 2
+# HELP relevance_scorer_prefix_cache_template_hits_total Template (template head + instruction) lookups served from a published cache entry, after the whole prefix missed.
+# TYPE relevance_scorer_prefix_cache_template_hits_total counter
+relevance_scorer_prefix_cache_template_hits_total 1
+# HELP relevance_scorer_prefix_cache_template_misses_total Template (template head + instruction) lookups that had to compute the template.
+# TYPE relevance_scorer_prefix_cache_template_misses_total counter
+relevance_scorer_prefix_cache_template_misses_total 1
 # HELP relevance_scorer_prefix_cache_bytes Bytes of published prefix entries.
 # TYPE relevance_scorer_prefix_cache_bytes gauge
 relevance_scorer_prefix_cache_bytes 60
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestLevelsCountedApart: template lookups count in TemplateHits/TemplateMisses, whole-prefix
+// lookups in Hits/Misses; entries of both levels share the store (a template published by one
+// epoch is a whole-prefix hit for the same tokens: same key, same KV).
+func TestLevelsCountedApart(t *testing.T) {
+	c := newCache(t, 1000, nil)
+	e := c.Begin()
+	l, err := e.AcquireAt(LevelTemplate, key(1))
+	if err != nil || l.Res == nil {
+		t.Fatalf("template miss: %+v, %v", l, err)
+	}
+	l.Res.Fill("template", 10)
+	acquire(t, e, key(2)).Res.Fill("prefix", 10)
+	e.Commit()
+	e = c.Begin()
+	if l, _ := e.AcquireAt(LevelTemplate, key(1)); !l.Hit || l.Value != "template" {
+		t.Errorf("template lookup after commit: %+v", l)
+	}
+	if l := acquire(t, e, key(2)); !l.Hit {
+		t.Errorf("prefix lookup after commit: %+v", l)
+	}
+	e.Commit()
+	s := c.Stats()
+	if s.Hits != 1 || s.Misses != 1 || s.TemplateHits != 1 || s.TemplateMisses != 1 || s.Entries != 2 {
+		t.Errorf("stats %+v: want 1 hit and 1 miss per level, 2 entries", s)
+	}
+	if _, err := c.Begin().AcquireAt(Level(7), key(1)); err == nil {
+		t.Error("unknown level accepted")
 	}
 }
 

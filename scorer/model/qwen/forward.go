@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,8 +25,30 @@ type Group struct {
 	// KeepKV asks Forward to return the prefix's KV in KV (when it was computed in this pass).
 	KeepKV bool
 
+	// TemplateLen is how many leading prefix tokens other prefixes share (the prompt's template
+	// head and instruction: every query of an instruction starts with them). When 0 <
+	// TemplateLen < len(Prefix) and the prefix is computed, it is computed in two parts: the
+	// template (Template when given, else computed in the pass, once for all the pass's groups
+	// with the same template tokens), then the rest, which attends the template as its own
+	// start (kernels.PrefixAttention.Past). The prefix's KV, and so every score, has the same
+	// bits as the whole prefix computed in one piece (TestTemplateSplitIsExact); the split only
+	// lets the template's KV be kept and shared. Otherwise it is ignored.
+	TemplateLen int
+	// Template, when set, is the KV of Prefix[:TemplateLen] from an earlier pass (used when the
+	// prefix is computed). Its Len must equal TemplateLen.
+	Template *PrefixKV
+	// KeepTemplateKV asks Forward to return the template's KV in TemplateKV when this pass
+	// computed it.
+	KeepTemplateKV bool
+
 	// KV is the prefix's KV computed by this pass when KeepKV was set.
 	KV *PrefixKV
+	// TemplateKV is the template's KV computed by this pass when KeepTemplateKV was set.
+	TemplateKV *PrefixKV
+	// Reused is how many of the prefix's tokens this pass did not compute for this group: all
+	// of them when Cached or when an earlier group of the pass has the same prefix, the
+	// template's when it came from Template or an earlier group of the pass, else 0.
+	Reused int
 }
 
 // PrefixKV is a prefix's keys (RoPE applied) and values for every layer: K[l] and V[l] are
@@ -58,16 +82,136 @@ type Stats struct {
 
 // span is a group's place in the packed rows of one pass.
 type span struct {
-	prefixRow, prefixLen int // rows of the prefix computed in this pass (prefixLen 0 when cached or empty)
-	itemRow              int // first row of the group's items
-	seqStarts            []int
-	kv                   *PrefixKV // cached prefix KV, or nil
-	share                int       // index of an earlier group with the same prefix, or -1
+	itemRow   int // first row of the group's items
+	seqStarts []int
+	kv        *PrefixKV // cached prefix KV, or nil
+	share     int       // index of an earlier group with the same prefix, or -1
+	// Where a computed prefix's rows are: one segment for the whole prefix (whole), or the
+	// template (a cached KV, tmplKV, or a segment of the pass, tmpl) and the segment extending
+	// it (ext). -1 when unused.
+	whole, tmpl, ext int
+	tmplKV           *PrefixKV
+	// joined holds, per layer, the prefix's K and V assembled from the template's and the
+	// extension's rows (the items attend them in one piece); nil for a whole segment.
+	joinedK, joinedV [][]float32
+}
+
+// segment is a run of prefix tokens computed in the pass: rows [row, row+len(tokens)) are
+// positions [pos0, pos0+len(tokens)). An extension segment continues a template (pos0 > 0):
+// a cached KV (pastKV) or a template segment of the pass (pastSeg ≥ 0), which its rows attend
+// as their own start.
+type segment struct {
+	row, pos0 int
+	tokens    []int32
+	pastKV    *PrefixKV
+	pastSeg   int
+	past      string // names the template continued ("" for none): one attention call per name
+}
+
+// layoutPrefixes decides how each group's prefix is had: cached (Cached), shared with an
+// earlier group of the pass (same tokens), computed whole, or computed as a template (cached,
+// or a segment shared by the pass's groups with the same template tokens) and an extension.
+// It returns the groups' spans and the prefix segments to compute, those without a past first,
+// then the extensions grouped by the template they continue; rows are not assigned yet. It
+// sets each group's Reused.
+func (m *Model) layoutPrefixes(groups []*Group) ([]span, []segment, error) {
+	kvd := m.Config.NumKeyValueHeads * m.Config.HeadDim
+	spans := make([]span, len(groups))
+	var segs, exts []segment
+	extOf := map[int]int{} // group → its index in exts
+	seen := map[string]int{}
+	tmplSeg := map[string]int{}
+	for g, gr := range groups {
+		sp := &spans[g]
+		sp.share, sp.whole, sp.tmpl, sp.ext = -1, -1, -1, -1
+		gr.KV, gr.TemplateKV, gr.Reused = nil, nil, 0
+		P := len(gr.Prefix)
+		if gr.Cached != nil {
+			if gr.Cached.Len != P || len(gr.Cached.K) != len(m.Layers) {
+				return nil, nil, fmt.Errorf("group %d: cached prefix KV does not match its prefix (%d vs %d tokens)", g, gr.Cached.Len, P)
+			}
+			sp.kv, gr.Reused = gr.Cached, P
+			continue
+		}
+		key := tokensKey(gr.Prefix)
+		if j, ok := seen[key]; ok {
+			sp.share, gr.Reused = j, P
+			continue
+		}
+		seen[key] = g
+		if P == 0 {
+			continue
+		}
+		t := gr.TemplateLen
+		if t <= 0 || t >= P {
+			sp.whole = len(segs)
+			segs = append(segs, segment{tokens: gr.Prefix, pastSeg: -1})
+			continue
+		}
+		ext := segment{pos0: t, tokens: gr.Prefix[t:], pastSeg: -1}
+		if gr.Template != nil {
+			if gr.Template.Len != t || len(gr.Template.K) != len(m.Layers) {
+				return nil, nil, fmt.Errorf("group %d: template KV does not match its template (%d vs %d tokens)", g, gr.Template.Len, t)
+			}
+			sp.tmplKV, ext.pastKV, gr.Reused = gr.Template, gr.Template, t
+		} else {
+			tk := tokensKey(gr.Prefix[:t])
+			i, ok := tmplSeg[tk]
+			if ok {
+				gr.Reused = t
+			} else {
+				i = len(segs)
+				tmplSeg[tk] = i
+				segs = append(segs, segment{tokens: gr.Prefix[:t], pastSeg: -1})
+			}
+			sp.tmpl, ext.pastSeg = i, i
+		}
+		ext.past = ext.pastName()
+		extOf[g] = len(exts)
+		exts = append(exts, ext)
+		// The joined prefix K and V, per layer: kept as the group's KV when asked, else one
+		// scratch pair reused by every layer.
+		sp.joinedK, sp.joinedV = make([][]float32, len(m.Layers)), make([][]float32, len(m.Layers))
+		var scratchK, scratchV []float32
+		for l := range m.Layers {
+			if gr.KeepKV || l == 0 {
+				scratchK, scratchV = make([]float32, P*kvd), make([]float32, P*kvd)
+			}
+			sp.joinedK[l], sp.joinedV[l] = scratchK, scratchV
+		}
+	}
+	// Extensions after the segments without a past, grouped by template (stable: groups keep
+	// their order within a template).
+	order := make([]int, len(exts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return strings.Compare(exts[a].past, exts[b].past)
+	})
+	at := make([]int, len(exts)) // ext index → segment index
+	for _, i := range order {
+		at[i] = len(segs)
+		segs = append(segs, exts[i])
+	}
+	for g, i := range extOf {
+		spans[g].ext = at[i]
+	}
+	return spans, segs, nil
+}
+
+// pastName names the template an extension segment continues.
+func (sg *segment) pastName() string {
+	if sg.pastKV != nil {
+		return fmt.Sprintf("kv%p", sg.pastKV)
+	}
+	return fmt.Sprintf("seg%08d", sg.pastSeg)
 }
 
 // Forward runs every group's prefix (unless cached) and items in one packed pass and returns,
 // for each group and item, the head-row logits at the item's last position (nil for empty items).
-// Identical prefixes within the call are computed once. It checks ctx between layers.
+// Identical prefixes within the call are computed once, and so are identical templates (see
+// Group.TemplateLen). It checks ctx between layers.
 //
 // The activations live in an arena kept on the Model and reused by the next call (a pass of a few
 // thousand rows needs tens of MB; allocating and zeroing them per call showed in profiles).
@@ -83,28 +227,16 @@ func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]
 		st.MoEVariants = map[string]int{}
 	}
 
-	// Lay out rows: every computed prefix first, then every item, group by group.
-	spans := make([]span, len(groups))
-	seen := map[string]int{}
+	// Lay out rows: every computed prefix first — whole prefixes and templates, then the
+	// extensions of templates grouped by template — then every item, group by group.
+	spans, segs, err := m.layoutPrefixes(groups)
+	if err != nil {
+		return nil, err
+	}
 	rows := 0
-	for g, gr := range groups {
-		sp := &spans[g]
-		sp.share = -1
-		if gr.Cached != nil {
-			if gr.Cached.Len != len(gr.Prefix) || len(gr.Cached.K) != len(m.Layers) {
-				return nil, fmt.Errorf("group %d: cached prefix KV does not match its prefix (%d vs %d tokens)", g, gr.Cached.Len, len(gr.Prefix))
-			}
-			sp.kv = gr.Cached
-			continue
-		}
-		key := tokensKey(gr.Prefix)
-		if j, ok := seen[key]; ok {
-			sp.share = j
-			continue
-		}
-		seen[key] = g
-		sp.prefixRow, sp.prefixLen = rows, len(gr.Prefix)
-		rows += len(gr.Prefix)
+	for i := range segs {
+		segs[i].row = rows
+		rows += len(segs[i].tokens)
 	}
 	prefixRows := rows
 	for g, gr := range groups {
@@ -131,15 +263,18 @@ func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]
 
 	b := m.arena.reset(cfg, T)
 	pos, x := b.pos, b.x
+	for i := range segs {
+		sg := &segs[i]
+		for j, id := range sg.tokens {
+			if err := m.checkID(id); err != nil {
+				return nil, fmt.Errorf("prefix: %w", err)
+			}
+			pos[sg.row+j] = int32(sg.pos0 + j)
+			m.embedRow(x[(sg.row+j)*H:], id)
+		}
+	}
 	for g, gr := range groups {
 		sp := &spans[g]
-		for j, id := range gr.Prefix[:sp.prefixLen] {
-			if err := m.checkID(id); err != nil {
-				return nil, fmt.Errorf("group %d prefix: %w", g, err)
-			}
-			pos[sp.prefixRow+j] = int32(j)
-			m.embedRow(x[(sp.prefixRow+j)*H:], id)
-		}
 		r := sp.itemRow
 		for _, it := range gr.Items {
 			for j, id := range it {
@@ -151,8 +286,11 @@ func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]
 				r++
 			}
 		}
-		if gr.KeepKV && sp.prefixLen > 0 {
-			gr.KV = &PrefixKV{Len: sp.prefixLen, K: make([][]float32, len(m.Layers)), V: make([][]float32, len(m.Layers))}
+		if gr.KeepKV && (sp.whole >= 0 || sp.ext >= 0) {
+			gr.KV = &PrefixKV{Len: len(gr.Prefix), K: make([][]float32, len(m.Layers)), V: make([][]float32, len(m.Layers))}
+		}
+		if gr.KeepTemplateKV && sp.tmpl >= 0 {
+			gr.TemplateKV = &PrefixKV{Len: gr.TemplateLen, K: make([][]float32, len(m.Layers)), V: make([][]float32, len(m.Layers))}
 		}
 	}
 
@@ -204,7 +342,7 @@ func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]
 
 		t0 := time.Now()
 		// In the last layer the prefixes' outputs feed nothing (their K/V are already made).
-		m.attention(b, groups, spans, l, prefixRows, !final)
+		m.attention(b, groups, spans, segs, l, !final)
 		st.Attention += time.Since(t0)
 
 		if final {
@@ -275,25 +413,50 @@ func (m *Model) block(b *buffers, layer *Layer, x, attn []float32, rows int, hea
 	return nil
 }
 
-// attention runs the prefixes (each a causal sequence of its own; skipped when prefixOut is
-// false) and then every group's items against its prefix KV, and keeps prefix KV where asked.
-func (m *Model) attention(b *buffers, groups []*Group, spans []span, l, prefixRows int, prefixOut bool) {
+// attention runs the prefix segments (skipped when prefixOut is false): the whole prefixes and
+// templates, each a causal sequence of its own, in one call; the extensions of each template in
+// one call, attending the template as their start. Then every group's items against its prefix
+// KV. It keeps prefix and template KV where asked.
+func (m *Model) attention(b *buffers, groups []*Group, spans []span, segs []segment, l int, prefixOut bool) {
 	cfg := m.Config
 	hd, nh, nkv := cfg.HeadDim, cfg.NumAttentionHeads, cfg.NumKeyValueHeads
 	qd, kvd := nh*hd, nkv*hd
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	if prefixRows > 0 && prefixOut {
-		starts := []int{0}
-		for g := range spans {
-			if spans[g].prefixLen > 0 {
-				starts = append(starts, spans[g].prefixRow+spans[g].prefixLen)
+	// segKV is segment i's K and V rows in this layer.
+	segKV := func(i int) ([]float32, []float32) {
+		sg := &segs[i]
+		r0, r1 := sg.row, sg.row+len(sg.tokens)
+		return b.k[r0*kvd : r1*kvd], b.v[r0*kvd : r1*kvd]
+	}
+	if prefixOut {
+		// The segments without a past come first (one call), then each template's extensions
+		// (one call each: a run of segments with the same past).
+		for i := 0; i < len(segs); {
+			j := i + 1
+			for j < len(segs) && segs[j].past == segs[i].past {
+				j++
 			}
+			starts := []int{0}
+			for _, sg := range segs[i:j] {
+				starts = append(starts, starts[len(starts)-1]+len(sg.tokens))
+			}
+			r0, r1 := segs[i].row, segs[j-1].row+len(segs[j-1].tokens)
+			a := &kernels.PrefixAttention{
+				Heads: nh, KVHeads: nkv, HeadDim: hd, Scale: scale,
+				Q: b.q[r0*qd : r1*qd], K: b.k[r0*kvd : r1*kvd], V: b.v[r0*kvd : r1*kvd],
+				SeqStarts: starts,
+			}
+			if sg := &segs[i]; sg.pos0 > 0 {
+				a.PastLen = sg.pos0
+				if sg.pastKV != nil {
+					a.PastK, a.PastV = sg.pastKV.K[l], sg.pastKV.V[l]
+				} else {
+					a.PastK, a.PastV = segKV(sg.pastSeg)
+				}
+			}
+			kernels.Attention(b.attn[r0*qd:r1*qd], a)
+			i = j
 		}
-		kernels.Attention(b.attn[:prefixRows*qd], &kernels.PrefixAttention{
-			Heads: nh, KVHeads: nkv, HeadDim: hd, Scale: scale,
-			Q: b.q[:prefixRows*qd], K: b.k[:prefixRows*kvd], V: b.v[:prefixRows*kvd],
-			SeqStarts: starts,
-		})
 	}
 	for g, gr := range groups {
 		sp := &spans[g]
@@ -303,15 +466,42 @@ func (m *Model) attention(b *buffers, groups []*Group, spans []span, l, prefixRo
 		}
 		var pk, pv []float32
 		plen := len(gr.Prefix)
-		if src.kv != nil {
+		switch {
+		case src.kv != nil:
 			pk, pv = src.kv.K[l], src.kv.V[l]
-		} else {
-			pk = b.k[src.prefixRow*kvd : (src.prefixRow+plen)*kvd]
-			pv = b.v[src.prefixRow*kvd : (src.prefixRow+plen)*kvd]
+		case src.whole >= 0:
+			pk, pv = segKV(src.whole)
+		case src.ext >= 0 && src == sp:
+			// The template's rows, then the extension's, in one piece (the group's own buffers;
+			// a group sharing this prefix reads them after this one wrote them).
+			t := gr.TemplateLen
+			var tk, tv []float32
+			if src.tmpl >= 0 {
+				tk, tv = segKV(src.tmpl)
+			} else {
+				tk, tv = src.tmplKV.K[l], src.tmplKV.V[l]
+			}
+			ek, ev := segKV(src.ext)
+			pk, pv = sp.joinedK[l][:plen*kvd], sp.joinedV[l][:plen*kvd]
+			copy(pk, tk[:t*kvd])
+			copy(pk[t*kvd:], ek)
+			copy(pv, tv[:t*kvd])
+			copy(pv[t*kvd:], ev)
+		case src.ext >= 0:
+			pk, pv = src.joinedK[l], src.joinedV[l]
 		}
 		if gr.KV != nil {
-			gr.KV.K[l] = append([]float32(nil), pk...)
-			gr.KV.V[l] = append([]float32(nil), pv...)
+			if sp.ext >= 0 {
+				gr.KV.K[l], gr.KV.V[l] = pk, pv // the joined buffers are this group's own
+			} else {
+				gr.KV.K[l] = append([]float32(nil), pk...)
+				gr.KV.V[l] = append([]float32(nil), pv...)
+			}
+		}
+		if gr.TemplateKV != nil {
+			tk, tv := segKV(sp.tmpl)
+			gr.TemplateKV.K[l] = append([]float32(nil), tk...)
+			gr.TemplateKV.V[l] = append([]float32(nil), tv...)
 		}
 		n := sp.seqStarts[len(sp.seqStarts)-1]
 		if n == 0 {

@@ -3,12 +3,15 @@ package qwen
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/relevance-scoring/relevance/kernels"
 	"github.com/relevance-scoring/relevance/scorer/model/safetensors"
 )
 
@@ -384,4 +387,110 @@ func TestPresetsMatchReference(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTemplateSplitIsExact: a prefix computed as a template and an extension of it — the
+// template computed in the same pass (once for two queries), or read from an earlier pass's KV —
+// gives the bits of the prefix computed in one piece: its KV, the template's KV and every
+// item's logits, on 1 and 2 kernel threads. The scorer's shared template KV (issue 14) relies
+// on it for scores equal to a cold node's.
+func TestTemplateSplitIsExact(t *testing.T) {
+	defer kernels.SetThreads(kernels.Threads())
+	for _, arch := range []string{"qwen3", "qwen3_moe", "qwen2_moe"} {
+		for _, dt := range []safetensors.DType{safetensors.F32, safetensors.BF16} {
+			t.Run(fmt.Sprintf("%s/%s", arch, dt), func(t *testing.T) {
+				cfg := testConfig(t, arch, nil)
+				ts, err := Generate(cfg, GenOptions{Seed: 14, DType: dt})
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, err := Load(cfg, NewMemSource(ts), LoadOptions{HeadRows: headRows, MaxPositions: 256})
+				if err != nil {
+					t.Fatal(err)
+				}
+				rng := rand.New(rand.NewPCG(14, 1))
+				const tmpl = 70 // more than one 64-row attention block
+				template := randSeq(rng, tmpl, cfg.VocabSize)
+				p1 := append(append([]int32(nil), template...), randSeq(rng, 9, cfg.VocabSize)...)
+				p2 := append(append([]int32(nil), template...), randSeq(rng, 4, cfg.VocabSize)...)
+				items := [][]int32{randSeq(rng, 8, cfg.VocabSize), randSeq(rng, 1, cfg.VocabSize), randSeq(rng, 15, cfg.VocabSize)}
+				ctx := context.Background()
+				forward := func(gs ...*Group) ([][][]float32, Stats) {
+					t.Helper()
+					var st Stats
+					out, err := m.Forward(ctx, gs, &st)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return out, st
+				}
+				sameKV := func(what string, got, want *PrefixKV, n int) {
+					t.Helper()
+					if got == nil || got.Len != n {
+						t.Fatalf("%s: no KV of %d positions (%v)", what, n, got != nil)
+					}
+					kvd := cfg.NumKeyValueHeads * cfg.HeadDim
+					for l := range want.K {
+						if !slices.Equal(bits(got.K[l]), bits(want.K[l][:n*kvd])) || !slices.Equal(bits(got.V[l]), bits(want.V[l][:n*kvd])) {
+							t.Fatalf("%s: layer %d KV differs from the prefix computed whole", what, l)
+						}
+					}
+				}
+				sameLogits := func(what string, got, want [][]float32) {
+					t.Helper()
+					for i := range want {
+						if !slices.Equal(bits(got[i]), bits(want[i])) {
+							t.Errorf("%s: item %d logits %v, prefix computed whole %v", what, i, got[i], want[i])
+						}
+					}
+				}
+				for _, thr := range []int{1, 2} {
+					kernels.SetThreads(thr)
+					// Baselines: each prefix computed in one piece.
+					w1 := &Group{Prefix: p1, Items: items, KeepKV: true}
+					w2 := &Group{Prefix: p2, Items: items[:2], KeepKV: true}
+					o1, _ := forward(w1)
+					o2, _ := forward(w2)
+
+					// Both queries in one pass, their template computed once.
+					s1 := &Group{Prefix: p1, Items: items, TemplateLen: tmpl, KeepKV: true, KeepTemplateKV: true}
+					s2 := &Group{Prefix: p2, Items: items[:2], TemplateLen: tmpl, KeepKV: true, KeepTemplateKV: true}
+					out, st := forward(s2, s1)
+					if want := len(p1) + len(p2) - tmpl; st.PrefixTokens != want {
+						t.Errorf("threads %d: %d prefix tokens computed, want %d (the template once)", thr, st.PrefixTokens, want)
+					}
+					if s2.Reused != 0 || s1.Reused != tmpl {
+						t.Errorf("threads %d: reused %d and %d tokens, want 0 and %d", thr, s2.Reused, s1.Reused, tmpl)
+					}
+					sameLogits("in-pass template, first query", out[1], o1[0])
+					sameLogits("in-pass template, second query", out[0], o2[0])
+					sameKV("in-pass template: prefix", s2.KV, w2.KV, len(p2))
+					sameKV("in-pass template: template", s2.TemplateKV, w2.KV, tmpl)
+					sameKV("in-pass template: template of the second group", s1.TemplateKV, w2.KV, tmpl)
+
+					// The template from the earlier pass, the query's tokens computed.
+					c1 := &Group{Prefix: p1, Items: items, TemplateLen: tmpl, Template: s2.TemplateKV, KeepKV: true}
+					out, st = forward(c1)
+					if st.PrefixTokens != len(p1)-tmpl || c1.Reused != tmpl {
+						t.Errorf("threads %d: cached template: %d prefix tokens computed, %d reused", thr, st.PrefixTokens, c1.Reused)
+					}
+					sameLogits("cached template", out[0], o1[0])
+					sameKV("cached template: prefix", c1.KV, w1.KV, len(p1))
+
+					// And the whole prefix from the cache.
+					out, _ = forward(&Group{Prefix: p1, Items: items, Cached: c1.KV})
+					sameLogits("cached prefix", out[0], o1[0])
+				}
+			})
+		}
+	}
+}
+
+// bits is the bit patterns of x (for comparing floats with == and NaN-safe).
+func bits(x []float32) []uint32 {
+	b := make([]uint32, len(x))
+	for i, v := range x {
+		b[i] = math.Float32bits(v)
+	}
+	return b
 }
