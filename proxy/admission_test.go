@@ -14,10 +14,18 @@ import (
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 )
 
-// TestAdmissionTriesAFasterPlan: a request whose economical plan (few batches, since each pays
-// the prefix and a large overhead again) would finish past its budget is not refused while a
-// plan of more, smaller batches fits: admission asks the planner for the fastest plan first.
-func TestAdmissionTriesAFasterPlan(t *testing.T) {
+// replanCase is a proxy over 4 nodes where each batch pays a large overhead, and a request of 32
+// items whose economical plan (few batches) finishes later than its urgent plan (more, smaller
+// batches): ef and uf seconds.
+type replanCase struct {
+	p      *Proxy
+	reg    *prometheus.Registry
+	req    *relevancev1.ScoreRequest
+	ef, uf float64
+}
+
+func newReplanCase(t *testing.T, fit float64) replanCase {
+	t.Helper()
 	coeffs := costmodel.Coeffs{A: 1e-4, C: 0.2}
 	nodes := startNodes(t, 4, fakenode.Options{Coeffs: coeffs, Parallel: true})
 	cfg := testConfig(nodes.Addrs())
@@ -25,30 +33,40 @@ func TestAdmissionTriesAFasterPlan(t *testing.T) {
 	cfg.Split.MaxBatchItems = 64
 	cfg.Admission.MinSamples = 0
 	cfg.Admission.MarginQuantile = 0
-	cfg.Admission.Replan, cfg.Admission.ReplanFit = true, 1
-	p, reg := startProxy(t, cfg)
-	req := &relevancev1.ScoreRequest{Query: "q"}
+	cfg.Admission.Replan, cfg.Admission.ReplanFit = true, fit
+	c := replanCase{req: &relevancev1.ScoreRequest{Query: "q"}}
+	c.p, c.reg = startProxy(t, cfg)
 	for range 32 {
-		req.Items = append(req.Items, &relevancev1.Item{Text: strings.Repeat("word ", 60)})
+		c.req.Items = append(c.req.Items, &relevancev1.Item{Text: strings.Repeat("word ", 60)})
 	}
-	eco := p.planner.Plan(req, "x", "")
-	ef, eb := eco.Finish(), len(eco.Batches)
+	eco := c.p.planner.Plan(c.req, "x", "")
+	eb := len(eco.Batches)
+	c.ef = eco.Finish()
 	eco.Release()
-	urgent := p.planner.Urgent(req, "y", "")
-	uf, ub := urgent.Finish(), len(urgent.Batches)
+	urgent := c.p.planner.Urgent(c.req, "y", "")
+	ub := len(urgent.Batches)
+	c.uf = urgent.Finish()
 	urgent.Release()
-	if ub <= eb || uf >= ef {
-		t.Fatalf("test shape: economical %d batches finishing %.3fs, urgent %d at %.3fs", eb, ef, ub, uf)
+	if ub <= eb || c.uf >= c.ef {
+		t.Fatalf("test shape: economical %d batches finishing %.3fs, urgent %d at %.3fs", eb, c.ef, ub, c.uf)
 	}
-	req.TimeoutMs = uint32((uf + ef) / 2 * 1000) // the economical plan misses it, the urgent fits
-	resp, err := p.Score(context.Background(), req)
+	return c
+}
+
+// TestAdmissionTriesAFasterPlan: a request whose economical plan (few batches, since each pays
+// the prefix and a large overhead again) would finish past its budget is not refused while a
+// plan of more, smaller batches fits: admission asks the planner for the fastest plan first.
+func TestAdmissionTriesAFasterPlan(t *testing.T) {
+	c := newReplanCase(t, 1)
+	c.req.TimeoutMs = uint32((c.uf + c.ef) / 2 * 1000) // the economical plan misses it, the urgent fits
+	resp, err := c.p.Score(context.Background(), c.req)
 	if err != nil {
-		t.Fatalf("budget %d ms between the plans (%.0f / %.0f ms): %v", req.TimeoutMs, ef*1e3, uf*1e3, err)
+		t.Fatalf("budget %d ms between the plans (%.0f / %.0f ms): %v", c.req.TimeoutMs, c.ef*1e3, c.uf*1e3, err)
 	}
 	if got := len(resp.GetScores()); got != 32 {
 		t.Errorf("%d scores", got)
 	}
-	if n := counterValue(t, reg, "relevance_proxy_rejected_total"); n != 0 {
+	if n := counterValue(t, c.reg, "relevance_proxy_rejected_total"); n != 0 {
 		t.Errorf("rejected_total %v for an admitted request", n)
 	}
 }
@@ -57,36 +75,18 @@ func TestAdmissionTriesAFasterPlan(t *testing.T) {
 // within admission.replan_fit of the budget, so that under overload a request whose economical
 // plan missed is not let in on a plan that barely makes it.
 func TestAdmissionReplanMustFitWellInsideTheBudget(t *testing.T) {
-	coeffs := costmodel.Coeffs{A: 1e-4, C: 0.2}
-	nodes := startNodes(t, 4, fakenode.Options{Coeffs: coeffs, Parallel: true})
-	cfg := testConfig(nodes.Addrs())
-	cfg.Cost.Prior = coeffs
-	cfg.Split.MaxBatchItems = 64
-	cfg.Admission.MinSamples = 0
-	cfg.Admission.MarginQuantile = 0
-	cfg.Admission.Replan, cfg.Admission.ReplanFit = true, 0.5
-	p, reg := startProxy(t, cfg)
-	req := &relevancev1.ScoreRequest{Query: "q"}
-	for range 32 {
-		req.Items = append(req.Items, &relevancev1.Item{Text: strings.Repeat("word ", 60)})
-	}
-	eco := p.planner.Plan(req, "x", "")
-	ef := eco.Finish()
-	eco.Release()
-	urgent := p.planner.Urgent(req, "y", "")
-	uf := urgent.Finish()
-	urgent.Release()
+	c := newReplanCase(t, 0.5)
 	// The urgent plan fits the budget but not half of it; the economical one misses it.
-	budget := min(ef*0.95, uf*1.5)
-	if !(uf < budget && uf > budget*0.5 && ef > budget) {
-		t.Fatalf("test shape: economical %.3fs, urgent %.3fs, budget %.3fs", ef, uf, budget)
+	budget := min(c.ef*0.95, c.uf*1.5)
+	if !(c.uf < budget && c.uf > budget*0.5 && c.ef > budget) {
+		t.Fatalf("test shape: economical %.3fs, urgent %.3fs, budget %.3fs", c.ef, c.uf, budget)
 	}
-	req.TimeoutMs = uint32(budget * 1000)
-	_, err := p.Score(context.Background(), req)
+	c.req.TimeoutMs = uint32(budget * 1000)
+	_, err := c.p.Score(context.Background(), c.req)
 	if status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("budget %.0f ms, urgent plan %.0f ms (over replan_fit 0.5 of it): got %v, want RESOURCE_EXHAUSTED", budget*1e3, uf*1e3, err)
+		t.Fatalf("budget %.0f ms, urgent plan %.0f ms (over replan_fit 0.5 of it): got %v, want RESOURCE_EXHAUSTED", budget*1e3, c.uf*1e3, err)
 	}
-	if n := counterValue(t, reg, "relevance_proxy_rejected_total"); n != 1 {
+	if n := counterValue(t, c.reg, "relevance_proxy_rejected_total"); n != 1 {
 		t.Errorf("rejected_total %v, want 1", n)
 	}
 }
