@@ -105,34 +105,14 @@ func classify(httpStatus int, _ string, body []byte) (codes.Code, bool) {
 
 // ScoreBatch implements backend.Backend.
 func (b *Backend) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchRequest) (*relevancev1.ScoreBatchResponse, error) {
-	node, n := b.c.Node(), len(req.GetItems())
-	if n == 0 {
-		return wire.Response(node, b.model, 0, nil), nil
-	}
-	if err := wire.CheckItems(node, n, b.limits); err != nil {
-		return nil, err
-	}
-	query, docs, err := wire.Pair(node, b.tmpl, wire.FixedInstruction, req)
-	if err != nil {
-		return nil, err
-	}
-	body, err := b.c.PostJSON(ctx, "/rerank", rerankRequest{Model: b.model, Query: query, Documents: docs, RawScores: true, TopN: n}, classify)
-	if err != nil {
-		return nil, err
-	}
-	entries, err := wire.Ranked(body, "results", "index", "relevance_score", n)
-	if err != nil {
-		return nil, wire.Shape(node, err)
-	}
-	scores, err := wire.Scores(node, req, entries, wire.Logit)
-	if err != nil {
-		return nil, err
-	}
-	model := wire.ModelName(body)
-	if model == "" {
-		model = b.model
-	}
-	return wire.Response(node, model, wire.Usage(body), scores), nil
+	return b.c.Rerank(ctx, req, b.limits, wire.Exchange{
+		Path: "/rerank", Classify: classify, Template: b.tmpl, Instruction: wire.FixedInstruction,
+		Body: func(query string, docs []string, _ *relevancev1.ScoreBatchRequest) any {
+			return rerankRequest{Model: b.model, Query: query, Documents: docs, RawScores: true, TopN: len(docs)}
+		},
+		ArrayKey: "results", IndexKey: "index", ScoreKey: "relevance_score", Form: wire.Logit,
+		Model: b.model, ReplyModel: true,
+	})
 }
 
 // Healthy implements backend.Backend: GET /health answers 200.

@@ -102,30 +102,14 @@ func classify(httpStatus int, msg string, body []byte) (codes.Code, bool) {
 
 // ScoreBatch implements backend.Backend.
 func (b *Backend) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchRequest) (*relevancev1.ScoreBatchResponse, error) {
-	node, n := b.c.Node(), len(req.GetItems())
-	if n == 0 {
-		return wire.Response(node, b.model, 0, nil), nil
-	}
-	if err := wire.CheckItems(node, n, b.limits); err != nil {
-		return nil, err
-	}
-	query, docs, err := wire.Pair(node, backend.TemplateServer, wire.FixedInstruction, req)
-	if err != nil {
-		return nil, err
-	}
-	body, err := b.c.PostJSON(ctx, "/v1/rerank", rerankRequest{Model: b.model, Query: query, Documents: docs, TopN: n}, classify)
-	if err != nil {
-		return nil, err
-	}
-	entries, err := wire.Ranked(body, "results", "index", "relevance_score", n)
-	if err != nil {
-		return nil, wire.Shape(node, err)
-	}
-	scores, err := wire.Scores(node, req, entries, wire.Probability)
-	if err != nil {
-		return nil, err
-	}
-	return wire.Response(node, b.model, wire.Usage(body), scores), nil
+	return b.c.Rerank(ctx, req, b.limits, wire.Exchange{
+		Path: "/v1/rerank", Classify: classify, Template: backend.TemplateServer, Instruction: wire.FixedInstruction,
+		Body: func(query string, docs []string, _ *relevancev1.ScoreBatchRequest) any {
+			return rerankRequest{Model: b.model, Query: query, Documents: docs, TopN: len(docs)}
+		},
+		ArrayKey: "results", IndexKey: "index", ScoreKey: "relevance_score", Form: wire.Probability,
+		Model: b.model,
+	})
 }
 
 // Healthy implements backend.Backend: GET /health answers 200 (503 while loading).

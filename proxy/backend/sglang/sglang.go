@@ -87,34 +87,18 @@ func classify(httpStatus int, msg string, _ []byte) (codes.Code, bool) {
 
 // ScoreBatch implements backend.Backend.
 func (b *Backend) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchRequest) (*relevancev1.ScoreBatchResponse, error) {
-	node, n := b.c.Node(), len(req.GetItems())
-	if n == 0 {
-		return wire.Response(node, b.model, 0, nil), nil
-	}
-	if err := wire.CheckItems(node, n, b.limits); err != nil {
-		return nil, err
-	}
-	query, docs, err := wire.Pair(node, b.tmpl, wire.SentInstruction, req)
-	if err != nil {
-		return nil, err
-	}
-	body := rerankRequest{Query: query, Documents: docs, TopN: n}
-	if b.tmpl == backend.TemplateServer {
-		body.Instruct = wire.InstructionOrDefault(req)
-	}
-	reply, err := b.c.PostJSON(ctx, "/v1/rerank", body, classify)
-	if err != nil {
-		return nil, err
-	}
-	entries, err := wire.Ranked(reply, "", "index", "score", n)
-	if err != nil {
-		return nil, wire.Shape(node, err)
-	}
-	scores, err := wire.Scores(node, req, entries, wire.Probability)
-	if err != nil {
-		return nil, err
-	}
-	return wire.Response(node, b.model, 0, scores), nil
+	return b.c.Rerank(ctx, req, b.limits, wire.Exchange{
+		Path: "/v1/rerank", Classify: classify, Template: b.tmpl, Instruction: wire.SentInstruction,
+		Body: func(query string, docs []string, req *relevancev1.ScoreBatchRequest) any {
+			body := rerankRequest{Query: query, Documents: docs, TopN: len(docs)}
+			if b.tmpl == backend.TemplateServer {
+				body.Instruct = wire.InstructionOrDefault(req)
+			}
+			return body
+		},
+		IndexKey: "index", ScoreKey: "score", Form: wire.Probability,
+		Model: b.model,
+	})
 }
 
 // Healthy implements backend.Backend: GET /health answers 200.

@@ -82,30 +82,14 @@ type rerankRequest struct {
 
 // ScoreBatch implements backend.Backend.
 func (b *Backend) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchRequest) (*relevancev1.ScoreBatchResponse, error) {
-	node, n := b.c.Node(), len(req.GetItems())
-	if n == 0 {
-		return wire.Response(node, b.model, 0, nil), nil
-	}
-	if err := wire.CheckItems(node, n, b.limits); err != nil {
-		return nil, err
-	}
-	query, docs, err := wire.Pair(node, b.tmpl, wire.FixedInstruction, req)
-	if err != nil {
-		return nil, err
-	}
-	body, err := b.c.PostJSON(ctx, "/rerank", rerankRequest{Query: query, Texts: docs, RawScores: true}, nil)
-	if err != nil {
-		return nil, err
-	}
-	entries, err := wire.Ranked(body, "", "index", "score", n)
-	if err != nil {
-		return nil, wire.Shape(node, err)
-	}
-	scores, err := wire.Scores(node, req, entries, wire.Logit)
-	if err != nil {
-		return nil, err
-	}
-	return wire.Response(node, b.model, 0, scores), nil
+	return b.c.Rerank(ctx, req, b.limits, wire.Exchange{
+		Path: "/rerank", Template: b.tmpl, Instruction: wire.FixedInstruction,
+		Body: func(query string, docs []string, _ *relevancev1.ScoreBatchRequest) any {
+			return rerankRequest{Query: query, Texts: docs, RawScores: true}
+		},
+		IndexKey: "index", ScoreKey: "score", Form: wire.Logit,
+		Model: b.model,
+	})
 }
 
 // Healthy implements backend.Backend: GET /health answers 200.

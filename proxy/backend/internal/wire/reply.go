@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/proxy/backend"
 )
 
 // Entry is one document's score as the reply gave it.
@@ -195,4 +197,60 @@ func ModelName(body []byte) string {
 	}
 	_ = json.Unmarshal(body, &m)
 	return m.Model
+}
+
+// Exchange is one kind's rerank call: where it goes, how its body is built from the formed
+// (query, documents) pairs and how its reply is read. Every HTTP adapter's ScoreBatch is
+// Client.Rerank with its own Exchange.
+type Exchange struct {
+	// Path is the rerank endpoint; Classify maps its kind-specific errors (nil: none).
+	Path     string
+	Classify Classifier
+	// Template and Instruction form the pairs (Pair).
+	Template    string
+	Instruction Instruction
+	// Body is the request body for the formed query and documents.
+	Body func(query string, docs []string, req *relevancev1.ScoreBatchRequest) any
+	// ArrayKey, IndexKey and ScoreKey locate the ranked entries (Ranked); Form is their scores'.
+	ArrayKey, IndexKey, ScoreKey string
+	Form                         Form
+	// Model is the configured model name; with ReplyModel the reply's own name wins when it
+	// has one.
+	Model      string
+	ReplyModel bool
+}
+
+// Rerank scores req's items with one call of x under limits: pairs formed, the body posted, the
+// reply's entries read back in item order, with the reply's usage (when it has any).
+func (c *Client) Rerank(ctx context.Context, req *relevancev1.ScoreBatchRequest, limits backend.Limits, x Exchange) (*relevancev1.ScoreBatchResponse, error) {
+	node, n := c.Node(), len(req.GetItems())
+	if n == 0 {
+		return Response(node, x.Model, 0, nil), nil
+	}
+	if err := CheckItems(node, n, limits); err != nil {
+		return nil, err
+	}
+	query, docs, err := Pair(node, x.Template, x.Instruction, req)
+	if err != nil {
+		return nil, err
+	}
+	body, err := c.PostJSON(ctx, x.Path, x.Body(query, docs, req), x.Classify)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := Ranked(body, x.ArrayKey, x.IndexKey, x.ScoreKey, n)
+	if err != nil {
+		return nil, Shape(node, err)
+	}
+	scores, err := Scores(node, req, entries, x.Form)
+	if err != nil {
+		return nil, err
+	}
+	model := x.Model
+	if x.ReplyModel {
+		if m := ModelName(body); m != "" {
+			model = m
+		}
+	}
+	return Response(node, model, Usage(body), scores), nil
 }
