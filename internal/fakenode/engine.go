@@ -10,6 +10,7 @@ import (
 	"weak"
 
 	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/internal/sleep"
 	"github.com/relevance-scoring/relevance/scorer"
 )
 
@@ -237,7 +238,7 @@ func (e *ScriptedEngine) Forward(ctx context.Context, groups []*scorer.Group) (s
 		case <-release:
 		}
 	}
-	if err := sleepCtx(ctx, d); err != nil {
+	if err := sleep.Context(ctx, d); err != nil {
 		return st, err
 	}
 	for i, g := range groups {
@@ -263,20 +264,6 @@ func shifted(l, shift float32) float32 {
 	}
 	s := float64(min(max(sigmoid(l)+shift, 1e-6), 1-1e-6))
 	return float32(math.Log(s / (1 - s)))
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func secondsToDuration(s float64) time.Duration {

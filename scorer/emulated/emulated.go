@@ -48,6 +48,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/internal/sleep"
 	"github.com/relevance-scoring/relevance/scorer"
 	"github.com/relevance-scoring/relevance/scorer/prefixcache"
 	"github.com/relevance-scoring/relevance/scorer/prompt"
@@ -136,7 +137,7 @@ func New(opt Options) (*Engine, error) {
 		e.kvPerTok = 16384
 	}
 	if e.sleep == nil {
-		e.sleep = sleepTimer
+		e.sleep = sleep.Context
 	}
 	if e.tokenize == nil {
 		tok, err := tokenizer.Default()
@@ -179,20 +180,6 @@ func fingerprint(p *costmodel.Profile) string {
 	b, _ := json.Marshal(p) // a struct of numbers and strings: cannot fail
 	h := sha256.Sum256(append([]byte("emulated\x00"), b...))
 	return hex.EncodeToString(h[:16])
-}
-
-func sleepTimer(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Emulation says how pass times are drawn: ModeSamples with the number of measured shapes it

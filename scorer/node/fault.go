@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/relevance-scoring/relevance/internal/sleep"
 	"github.com/relevance-scoring/relevance/scorer"
 )
 
@@ -72,19 +73,8 @@ type faults struct {
 }
 
 func newFaults(log *slog.Logger) *faults {
-	return &faults{log: log, sleep: sleepCtx, f: Fault{Slowdown: 1, FailCode: codeName(codes.Unavailable)},
+	return &faults{log: log, sleep: sleep.Context, f: Fault{Slowdown: 1, FailCode: codeName(codes.Unavailable)},
 		code: codes.Unavailable, changed: make(chan struct{})}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // get returns the current state.
