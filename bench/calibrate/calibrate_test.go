@@ -124,11 +124,17 @@ func TestCalibrateFakeNode(t *testing.T) {
 	if res.Profile.Samples != len(shapes) || !res.Emulated || res.Profile.Model != "fakenode" || res.Profile.Machine == "" {
 		t.Errorf("profile %+v emulated %v", res.Profile, res.Emulated)
 	}
-	// The fake node's passes take the formula's time plus its timer's lateness (3–12 % off in
-	// a, b and c on a loaded machine): the fit must recover the formula near enough.
+	// The fake node's passes take the formula's time plus its timer's lateness. Lateness is
+	// roughly the same for every pass, so the fit puts it in c, the per-batch term: a and b must
+	// come back near the formula, and c may only be late, by up to 10 ms a pass, which a loaded
+	// CI machine running -race reaches (CI saw c = 12.4 ms for 10 ms). An error in the fit itself
+	// (a term dropped or swapped) moves c by far more than that, or moves it down.
 	within(t, "a", res.Profile.A, truth.A, 0.2)
 	within(t, "b", res.Profile.B, truth.B, 0.2)
-	within(t, "c", res.Profile.C, truth.C, 0.2)
+	if res.Profile.C < 0.8*truth.C || res.Profile.C > truth.C+0.010 {
+		t.Errorf("c = %.4g, want between %.4g and %.4g (the formula's %.4g plus up to 10 ms of timer lateness)",
+			res.Profile.C, 0.8*truth.C, truth.C+0.010, truth.C)
+	}
 	if err := res.Profile.Validate(); err != nil {
 		t.Error(err)
 	}
