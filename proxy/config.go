@@ -102,6 +102,15 @@ type RetryConfig struct {
 	// BudgetBurst is the bucket size (retries available at once): 0 (no retries) or ≥ 1.
 	// Default 10.
 	BudgetBurst float64 `yaml:"budget_burst" json:"budget_burst"`
+	// RescueFactor: a batch still unanswered after RescueFactor × its projected finish (and at
+	// least RescueMinLate past it) is sent to a second node too, once, under the retry budget —
+	// at the latest when the deadline leaves just the batch's own time (×1.25, +10 ms) for the
+	// second node. It does not wait for the batch to count as slow (outlier.slow_factor, 3×):
+	// with a 500 ms budget and batches projected at ~150 ms, the slow mark comes too late for
+	// any rescue to finish. 0 turns it off (the slow rescue stays). Default 1.5.
+	RescueFactor float64 `yaml:"rescue_factor" json:"rescue_factor"`
+	// RescueMinLate is the least a batch must be overdue before it is rescued. Default 25ms.
+	RescueMinLate time.Duration `yaml:"rescue_min_late" json:"rescue_min_late"`
 }
 
 // HedgeConfig configures hedged batches.
@@ -234,7 +243,7 @@ func DefaultConfig() Config {
 		Split:     SplitConfig{Strategy: cost.Type, MaxBatchItems: 32, TargetBatchSeconds: 0.005},
 		Route:     RouteConfig{Strategy: leastloaded.Type, FullScanMax: leastloaded.DefaultFullScanMax},
 		Breaker:   BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: 5 * time.Second, HalfOpenProbes: 1},
-		Retry:     RetryConfig{BudgetRatio: 0.1, BudgetBurst: 10},
+		Retry:     RetryConfig{BudgetRatio: 0.1, BudgetBurst: 10, RescueFactor: 1.5, RescueMinLate: 25 * time.Millisecond},
 		Hedge:     HedgeConfig{Quantile: 0.95, MinDelay: 2 * time.Millisecond, MinSamples: 20},
 		Admission: AdmissionConfig{Headroom: 1, MinSamples: 10, MarginQuantile: 0.9, Replan: true, ReplanFit: 0.8},
 		Outlier: OutlierConfig{ConsecutiveSlow: 3, SlowFactor: 3, SlowMin: 50 * time.Millisecond,
@@ -326,6 +335,12 @@ func (c *Config) Validate() error {
 	if !(c.Retry.BudgetBurst == 0 || c.Retry.BudgetBurst >= 1) {
 		// Each retry takes a whole token: a bucket under one would silently disable retries.
 		bad("retry.budget_burst", "must be 0 (no retries) or ≥ 1", c.Retry.BudgetBurst)
+	}
+	if !(c.Retry.RescueFactor == 0 || c.Retry.RescueFactor >= 1) {
+		bad("retry.rescue_factor", "must be 0 (off) or ≥ 1", c.Retry.RescueFactor)
+	}
+	if c.Retry.RescueMinLate < 0 {
+		bad("retry.rescue_min_late", "must be ≥ 0", c.Retry.RescueMinLate)
 	}
 	if !(c.Hedge.Quantile > 0 && c.Hedge.Quantile < 1) {
 		bad("hedge.quantile", "must be in (0, 1)", c.Hedge.Quantile)

@@ -16,6 +16,7 @@ type metrics struct {
 	retries         prometheus.Counter
 	hedges          prometheus.Counter
 	hedgeWins       prometheus.Counter
+	rescues         prometheus.Counter
 	rejected        *prometheus.CounterVec
 }
 
@@ -58,12 +59,16 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 			Name: "relevance_proxy_hedge_wins_total",
 			Help: "Hedged batches whose duplicate answered first.",
 		}),
+		rescues: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relevance_proxy_rescues_total",
+			Help: "Overdue batches sent to a second node while the deadline still allowed (retry.rescue_factor; also counted in hedges_total).",
+		}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "relevance_proxy_rejected_total",
 			Help: "Requests rejected at admission, by reason (overload: the backlog makes the deadline unreachable; deadline: even idle nodes could not make it).",
 		}, []string{"reason"}),
 	}
-	cs := []prometheus.Collector{m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rejected, p.cluster.Collector()}
+	cs := []prometheus.Collector{m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.rejected, p.cluster.Collector()}
 	if c := p.cache; c != nil {
 		counter := func(name, help string, v func(scorecache.Stats) uint64) prometheus.Collector {
 			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(c.Stats())) })

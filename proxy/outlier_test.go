@@ -73,6 +73,38 @@ func TestStalledBatchIsRescued(t *testing.T) {
 	}
 }
 
+// TestOverdueBatchIsRescuedBeforeTheDeadline: a batch well past its projected finish is sent to a
+// second node while the deadline still leaves time for it, without waiting for the slow mark
+// (here 100× the projection: past the deadline). Without the rescue every request loses its
+// stalled batch to the 400 ms deadline.
+func TestOverdueBatchIsRescuedBeforeTheDeadline(t *testing.T) {
+	nodes := startNodes(t, 2, fakenode.Options{Coeffs: fastCost})
+	stalled := nodes[1]
+	stalled.SetHang(true)
+	defer stalled.SetHang(false)
+	cfg := outlierConfig(nodes.Addrs(), fastCost)
+	cfg.Hedge.Enabled = false
+	cfg.SLO = 400 * time.Millisecond
+	cfg.Outlier.SlowFactor = 100
+	cfg.Outlier.SlowMin = time.Second
+	p, _ := startProxy(t, cfg)
+	for i := range 5 {
+		start := time.Now()
+		if _, err := p.Score(context.Background(), makeRequest(8, uint64(i))); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if el := time.Since(start); el > 250*time.Millisecond {
+			t.Errorf("request %d took %v: the overdue batch was not rescued early", i, el)
+		}
+	}
+	if c := stalled.Calls(); c < 3 {
+		t.Fatalf("stalled node got %d calls: the rescue path was not exercised", c)
+	}
+	if s := nodeStatus(t, p, stalled.Addr()); s.Slow != 0 {
+		t.Errorf("stalled node: %+v; a rescue alone must not count as slow", s)
+	}
+}
+
 // TestNodeOnProbationIsProbedBesideTheRequest: a node back from an ejection gets a copy of a
 // batch (a probe) that another node also runs; the request is answered by the others without
 // waiting for it. A probe that runs slow ejects the node again.

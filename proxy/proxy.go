@@ -110,11 +110,14 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 		HedgeMinSamples: cfg.Hedge.MinSamples,
 		SlowFactor:      slowFactor(cfg.Outlier),
 		SlowMin:         cfg.Outlier.SlowMin,
+		RescueFactor:    cfg.Retry.RescueFactor,
+		RescueMinLate:   cfg.Retry.RescueMinLate,
 		TrustSamples:    cfg.Admission.MinSamples,
 	}, p.cluster, placer, acc, dispatch.Metrics{
 		Retries:       p.m.retries,
 		Hedges:        p.m.hedges,
 		HedgeWins:     p.m.hedgeWins,
+		Rescues:       p.m.rescues,
 		BatchDuration: p.m.batchDuration,
 		EstimateRatio: p.m.estimateRatio,
 	})

@@ -17,6 +17,13 @@
 //     is cancelled.
 //   - Breakers count failures only: cancellations, the caller's bad input and deadlines that were
 //     the caller's (the call ran less than 2·expected + 20 ms) are excluded.
+//   - Rescue: a batch still unanswered RescueFactor × its projected finish after it was sent (and
+//     at least RescueMinLate past that finish) goes to a second node too, once, if the placer's
+//     pick can finish it before the deadline and the retry budget allows. The timer is pulled in
+//     to the latest moment at which the batch's own predicted time (×1.25, +10 ms) still fits
+//     before the deadline; when even that moment is not past the projected finish, the plan was
+//     tight and no rescue is timed (the slow mark below may still send one). A rescue is no
+//     evidence against the node: only the slow mark is.
 //   - In fail-fast mode the first batch that fails for good cancels the others.
 //   - Probe: a node back from an outlier ejection (package cluster: probation) gets a copy of the
 //     request's smallest batch, sent beside the batch itself; the request never waits for it.
@@ -64,6 +71,10 @@ type Config struct {
 	// finish, SlowMin) is slow (see the package doc). SlowFactor 0 turns slow detection off.
 	SlowFactor float64
 	SlowMin    time.Duration
+	// RescueFactor and RescueMinLate time the rescue of an overdue batch (see the package doc);
+	// RescueFactor 0 turns it off.
+	RescueFactor  float64
+	RescueMinLate time.Duration
 	// TrustSamples: a batch's latency ÷ projected finish feeds the projections' measured error
 	// (plan.Accuracy) only when its node's model had learned from this many replies at placement;
 	// the first batches, priced by a prior that may be far off (another machine's), would
@@ -74,6 +85,7 @@ type Config struct {
 // Metrics are what dispatch records; nil fields record nothing.
 type Metrics struct {
 	Retries, Hedges, HedgeWins   prometheus.Counter
+	Rescues                      prometheus.Counter
 	BatchDuration, EstimateRatio prometheus.Observer
 }
 
@@ -274,11 +286,16 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 		r, e := d.call(c1, l, b, &slow1)
 		ch <- result{r, e, false}
 	}()
-	var hedgeC, stuckC <-chan time.Time
+	var hedgeC, stuckC, rescueC <-chan time.Time
 	if delay, ok := d.hedgeDelay(ctx, l.Finish); ok {
 		t := time.NewTimer(delay)
 		defer t.Stop()
 		hedgeC = t.C
+	}
+	if delay, ok := d.rescueAfter(ctx, l); ok {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		rescueC = t.C
 	}
 	if delay, ok := d.slowAfter(l.Finish); ok {
 		t := time.NewTimer(delay)
@@ -293,6 +310,13 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 		case <-hedgeC:
 			hedgeC = nil
 			l2 = d.placeHedge(ctx, *tried, b, l.Finish)
+		case <-rescueC:
+			// Overdue while a second node can still make the deadline: send it there too. The
+			// node is not blamed: a batch 1.5× late is load or noise as often as a fault.
+			rescueC = nil
+			if l2 = d.placeRescue(ctx, *tried, b); l2 != nil {
+				inc(d.m.Rescues)
+			}
 		case <-stuckC:
 			// Slow: evidence against the node now, before the call ends, and a rescue on
 			// another node while the deadline allows.
@@ -360,6 +384,25 @@ func (d *Dispatcher) placeRescue(ctx context.Context, exclude []*cluster.Node, b
 		return nil
 	}
 	return l
+}
+
+// rescueAfter is when an unanswered call on lease l is rescued (see the package doc), counted
+// from now; ok is false when no rescue is timed.
+func (d *Dispatcher) rescueAfter(ctx context.Context, l *plan.Lease) (time.Duration, bool) {
+	if !(d.cfg.RescueFactor > 0) || !(l.Finish > 0) {
+		return 0, false
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return 0, false
+	}
+	// The latest useful moment: a second node, idle, still finishes the batch by the deadline.
+	latest := time.Until(dl).Seconds() - (1.25*l.Predicted + 0.010)
+	if latest <= l.Finish {
+		return 0, false
+	}
+	at := min(max(d.cfg.RescueFactor*l.Finish, l.Finish+d.cfg.RescueMinLate.Seconds()), latest)
+	return time.Duration(at * float64(time.Second)), true
 }
 
 // slowAfter is when a call expected to finish in expected seconds becomes slow.
