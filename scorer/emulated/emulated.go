@@ -19,10 +19,16 @@
 // the shipped Qwen3 tokenizer), so the emulated node sees the same token counts, truncation and
 // prefix boundaries as a real one.
 //
-// Prefix reuse follows the real engine: each distinct prefix is computed once per pass, and
-// with PrefixCacheBytes > 0 finished prefixes go into a prefixcache.Cache with the real cache's
-// rules (visible to other passes only after the pass that computed them succeeds), so the
-// emulated time drops when a query repeats.
+// Prefix reuse follows the real engine (scorer/model), level by level: each distinct prefix is
+// computed once per pass, and with PrefixCacheBytes > 0 finished prefixes go into a
+// prefixcache.Cache with the real cache's rules (visible to other passes only after the pass that
+// computed them succeeds), so the emulated time drops when a query repeats. The template (the
+// template head and instruction, Group.TemplateLen, which the default Tokenize marks as the real
+// engine does) is a second level: when a whole prefix is computed, its template is taken from
+// the cache or from an earlier group of the pass when it can be, and only the query's tokens are
+// charged, so a query seen for the first time after another of the same instruction costs what
+// the real engine computes for it. ForwardStats, Group.PrefixReused/PrefixCached and
+// CostFeatures count the same way as the real engine's.
 //
 // Its CostPrior is the profile, so a node over it starts from the right speed and its learned
 // model has the profile's coefficients to find (tests of learning use this).
@@ -66,7 +72,9 @@ type TokenizeFunc func(instruction, query string, docs []string, opt scorer.Toke
 type Options struct {
 	// Profile gives the cost coefficients and the noise σ; required.
 	Profile *costmodel.Profile
-	// Tokenize builds groups; nil means prompt.New(shipped tokenizer, MaxTokens).Build.
+	// Tokenize builds groups; nil means prompt.New(shipped tokenizer, MaxTokens).Build with
+	// Group.TemplateLen marked as the real engine marks it. A given Tokenize sets TemplateLen
+	// itself (0: no template level).
 	Tokenize TokenizeFunc
 	// Model is the name reported in Info; "" means "emulated".
 	Model string
@@ -91,6 +99,7 @@ type Options struct {
 type Engine struct {
 	prof      costmodel.Profile
 	tokenize  TokenizeFunc
+	templates *templates // marks TemplateLen after the default tokenize; nil with Options.Tokenize
 	info      scorer.Info
 	sleep     func(ctx context.Context, d time.Duration) error
 	cache     *prefixcache.Cache // nil when disabled
@@ -145,6 +154,7 @@ func New(opt Options) (*Engine, error) {
 			return nil, fmt.Errorf("emulated engine: %w", err)
 		}
 		e.tokenize = prompt.New(tok, maxTok).Build
+		e.templates = newTemplates(tok)
 	}
 	e.modelName = opt.Model
 	if e.modelName == "" {
@@ -202,9 +212,16 @@ func (e *Engine) PrefixCacheStats() (s prefixcache.Stats, ok bool) {
 	return e.cache.Stats(), true
 }
 
-// Tokenize implements scorer.Engine.
+// Tokenize implements scorer.Engine: the group of one batch, its template marked
+// (Group.TemplateLen) as the real engine marks it when the engine tokenizes with the default
+// prompt builder.
 func (e *Engine) Tokenize(instruction, query string, docs []string, opt scorer.TokenizeOptions) (*scorer.Group, error) {
-	return e.tokenize(instruction, query, docs, opt)
+	g, err := e.tokenize(instruction, query, docs, opt)
+	if err != nil || e.templates == nil {
+		return g, err
+	}
+	g.TemplateLen = e.templates.templateLen(instruction, g.Prefix)
+	return g, nil
 }
 
 func itemLens(g *scorer.Group) []int {
@@ -218,16 +235,18 @@ func itemLens(g *scorer.Group) []int {
 	return lens
 }
 
-// CostFeatures implements scorer.Engine: a prefix counts as reused when it is published in the
-// cache or repeats within groups.
+// CostFeatures implements scorer.Engine: the work Forward would charge for the groups now. A
+// prefix is not computed when it is published in the cache or repeats an earlier group's; nor,
+// when the prefix is computed, is its template when that is published or an earlier group
+// computes it (the real engine's rule). It neither counts lookups nor touches the LRU order.
 func (e *Engine) CostFeatures(groups []*scorer.Group) costmodel.Features {
+	look := func(_ prefixcache.Level, k prefixcache.Key) (bool, *prefixcache.Reservation, error) {
+		return e.cache != nil && e.cache.Contains(k), nil, nil
+	}
+	plan, _ := e.plan(groups, look) // look never fails
 	var f costmodel.Features
-	seen := make(map[prefixcache.Key]bool, len(groups))
-	for _, g := range groups {
-		k := prefixcache.KeyOf(e.modelName, g.Prefix)
-		reused := seen[k] || (e.cache != nil && e.cache.Contains(k))
-		seen[k] = true
-		f = f.Add(costmodel.BatchFeatures(len(g.Prefix), itemLens(g), reused))
+	for i, g := range groups {
+		f = f.Add(groupFeatures(g, plan[i].tokens))
 	}
 	return f
 }
@@ -253,13 +272,28 @@ func (e *Engine) noise() float64 {
 	return math.Exp(e.prof.NoiseSigma * z)
 }
 
-// replaySeconds draws the time of a pass over groups (reused of them with a reused prefix,
+// replaySeconds draws the time of a pass over groups (plan: what it reuses of each prefix,
 // features f) from the measured shapes.
-func (e *Engine) replaySeconds(groups []*scorer.Group, reused int, f costmodel.Features) float64 {
+//
+// The shape's prefix is the prompt's prefix length, reused or not (what the items attend, as
+// the measurements record it), and its cached share is the share of prefix tokens not computed,
+// averaged over the groups: 1 for a whole-prefix hit, 0 for a prefix computed whole, and
+// TemplateLen/len(Prefix) (about 0.9 on short queries) for a group that reused only its
+// template. A template hit computes a few query tokens and then runs its items against the full
+// prefix, so it is nearer a cached measurement than a cold one of the same prompt, and far from
+// a cold measurement of a prompt as short as its query: matching it there would take the
+// curvature of passes whose items attend a few tokens only. Either way the neighbours' times are
+// carried to the pass's exact work (f, with the template's tokens not charged) by the formula's
+// ratio, so the template's share comes off the emulated time.
+func (e *Engine) replaySeconds(groups []*scorer.Group, plan []reuse, f costmodel.Features) float64 {
 	s := shape{groups: float64(len(groups)), features: f}
 	var prefix, items, itemTok int
-	for _, g := range groups {
+	var cached float64
+	for i, g := range groups {
 		prefix += len(g.Prefix)
+		if len(g.Prefix) > 0 {
+			cached += float64(plan[i].tokens) / float64(len(g.Prefix))
+		}
 		for _, l := range itemLens(g) {
 			items++
 			itemTok += l
@@ -267,7 +301,7 @@ func (e *Engine) replaySeconds(groups []*scorer.Group, reused int, f costmodel.F
 	}
 	if len(groups) > 0 {
 		s.prefix = float64(prefix) / float64(len(groups))
-		s.cached = float64(reused) / float64(len(groups))
+		s.cached = cached / float64(len(groups))
 	}
 	s.items = float64(items)
 	if items > 0 {
@@ -279,54 +313,51 @@ func (e *Engine) replaySeconds(groups []*scorer.Group, reused int, f costmodel.F
 }
 
 // Forward implements scorer.Engine: it sleeps for the pass's emulated time and fills
-// deterministic pseudo-logits. On ctx's end it returns ctx's error, and prefixes this pass
-// computed are not published.
+// deterministic pseudo-logits. What it reuses of each prefix (whole prefix or template, from the
+// cache or from an earlier group of the pass) follows the real engine (see plan); the prefixes
+// and templates it computes are published when it succeeds. On ctx's end it returns ctx's error
+// and publishes nothing.
 func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.ForwardStats, error) {
 	var st scorer.ForwardStats
 	if err := ctx.Err(); err != nil {
 		return st, err
 	}
+	for _, g := range groups {
+		g.PrefixCached, g.PrefixReused = false, 0
+	}
+	look := func(prefixcache.Level, prefixcache.Key) (bool, *prefixcache.Reservation, error) {
+		return false, nil, nil
+	}
 	var ep *prefixcache.Epoch
 	if e.cache != nil {
+		// The pass is one cache epoch: what it computes is reserved now and published only if
+		// the whole pass succeeds.
 		ep = e.cache.Begin()
+		look = func(level prefixcache.Level, k prefixcache.Key) (bool, *prefixcache.Reservation, error) {
+			l, err := ep.AcquireAt(level, k)
+			return l.Hit, l.Res, err
+		}
 	}
-	seen := make(map[prefixcache.Key]bool, len(groups))
-	cached := make([]bool, len(groups))
-	var f costmodel.Features
-	reusedCount := 0
-	for gi, g := range groups {
-		k := prefixcache.KeyOf(e.modelName, g.Prefix)
-		reused := seen[k]
-		seen[k] = true
+	plan, err := e.plan(groups, look)
+	if err != nil {
 		if ep != nil {
-			l, err := ep.Acquire(k)
-			if err != nil {
-				ep.Abort()
-				return st, fmt.Errorf("emulated forward: %w", err)
-			}
-			cached[gi] = l.Hit
-			reused = reused || l.Hit || l.Local
-			if l.Res != nil {
-				l.Res.Fill(struct{}{}, int64(len(g.Prefix))*e.kvPerTok)
-			}
+			ep.Abort()
 		}
-		lens := itemLens(g)
-		if reused {
-			st.PrefixReused += len(g.Prefix)
-		} else {
-			st.PrefixTokens += len(g.Prefix)
-		}
-		for _, l := range lens {
+		return st, fmt.Errorf("emulated forward: %w", err)
+	}
+	var f costmodel.Features
+	for i, g := range groups {
+		P, reused := len(g.Prefix), plan[i].tokens
+		st.PrefixReused += reused
+		st.PrefixTokens += P - reused
+		for _, l := range itemLens(g) {
 			st.ItemTokens += l
 		}
-		if reused {
-			reusedCount++
-		}
-		f = f.Add(costmodel.BatchFeatures(len(g.Prefix), lens, reused))
+		f = f.Add(groupFeatures(g, reused))
 	}
 	var secs float64
 	if e.replay != nil {
-		secs = e.replaySeconds(groups, reusedCount, f)
+		secs = e.replaySeconds(groups, plan, f)
 	} else {
 		secs = e.prof.Seconds(f) * e.noise()
 	}
@@ -338,16 +369,24 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 		return scorer.ForwardStats{}, err
 	}
 	if ep != nil {
+		for i, g := range groups {
+			if r := plan[i].res; r != nil {
+				r.Fill(struct{}{}, int64(len(g.Prefix))*e.kvPerTok)
+			}
+			if r := plan[i].tres; r != nil {
+				r.Fill(struct{}{}, int64(splitAt(g))*e.kvPerTok)
+			}
+		}
 		ep.Commit()
 	}
-	for gi, g := range groups {
-		g.PrefixCached = cached[gi]
+	for i, g := range groups {
+		g.PrefixCached, g.PrefixReused = plan[i].cached, plan[i].tokens
 		g.Logits = make([]float32, len(g.Items))
-		for i, it := range g.Items {
-			if i < len(g.TooLong) && g.TooLong[i] {
+		for j, it := range g.Items {
+			if j < len(g.TooLong) && g.TooLong[j] {
 				continue
 			}
-			g.Logits[i] = PseudoLogit(g.Prefix, it)
+			g.Logits[j] = PseudoLogit(g.Prefix, it)
 		}
 	}
 	st.Duration = d

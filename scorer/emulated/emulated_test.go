@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/scorer"
@@ -68,6 +69,12 @@ func predicted(g []*scorer.Group, cached []bool) float64 {
 	return testProfile.Seconds(f)
 }
 
+// templateReused is the work of a group that reused only its template: its items and batch
+// against the whole prefix, plus the query's tokens computed after the template.
+func templateReused(g *scorer.Group) costmodel.Features {
+	return costmodel.BatchFeatures(len(g.Prefix), itemLens(g), true).Add(costmodel.ItemFeatures(g.TemplateLen, len(g.Prefix)-g.TemplateLen))
+}
+
 func TestNewValidates(t *testing.T) {
 	bad := costmodel.Profile{Coeffs: costmodel.Coeffs{A: -1}}
 	tests := []struct {
@@ -97,7 +104,12 @@ func TestForwardSleepsForPredictedTime(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Forward: %v", err)
 	}
-	want := predicted(groups, []bool{false, false})
+	// One instruction: g2's template is g1's, computed once in the pass (no cache needed).
+	if g2.TemplateLen == 0 || g2.TemplateLen != g1.TemplateLen {
+		t.Fatalf("template lengths %d and %d, want one, > 0", g1.TemplateLen, g2.TemplateLen)
+	}
+	wantF := costmodel.BatchFeatures(len(g1.Prefix), itemLens(g1), false).Add(templateReused(g2))
+	want := testProfile.Seconds(wantF)
 	if math.Abs(est-want) > 1e-12 {
 		t.Errorf("EstimateSeconds = %v, want %v", est, want)
 	}
@@ -109,13 +121,16 @@ func TestForwardSleepsForPredictedTime(t *testing.T) {
 	}
 	wantStats := scorer.ForwardStats{
 		Duration:     st.Duration,
-		PrefixTokens: len(g1.Prefix) + len(g2.Prefix),
+		PrefixTokens: len(g1.Prefix) + len(g2.Prefix) - g2.TemplateLen,
+		PrefixReused: g2.TemplateLen,
 		ItemTokens:   g1.ItemTokens() + g2.ItemTokens(),
-		Features: costmodel.BatchFeatures(len(g1.Prefix), itemLens(g1), false).
-			Add(costmodel.BatchFeatures(len(g2.Prefix), itemLens(g2), false)),
+		Features:     wantF,
 	}
 	if diff := cmp.Diff(wantStats, st); diff != "" {
 		t.Errorf("stats (-want +got):\n%s", diff)
+	}
+	if g1.PrefixReused != 0 || g2.PrefixReused != g2.TemplateLen || g1.PrefixCached || g2.PrefixCached {
+		t.Errorf("groups reused %d and %d (cached %v %v), want 0 and the template's %d", g1.PrefixReused, g2.PrefixReused, g1.PrefixCached, g2.PrefixCached, g2.TemplateLen)
 	}
 	if e.Info().Architecture != "emulated" || !e.Info().Emulated {
 		t.Errorf("Info = %+v, want emulated", e.Info())
@@ -192,8 +207,9 @@ func TestPrefixReuse(t *testing.T) {
 	if !c.PrefixCached || st.PrefixReused != len(c.Prefix) || st.PrefixTokens != 0 {
 		t.Errorf("second pass: cached=%v stats=%+v, want a cache hit", c.PrefixCached, st)
 	}
-	if s, ok := e.PrefixCacheStats(); !ok || s.Hits != 1 || s.Entries != 1 {
-		t.Errorf("cache stats = %+v %v, want 1 hit, 1 entry", s, ok)
+	// Entries: the prefix and its template, published by the first pass.
+	if s, ok := e.PrefixCacheStats(); !ok || s.Hits != 1 || s.Entries != 2 || s.TemplateMisses != 1 || s.TemplateHits != 0 {
+		t.Errorf("cache stats = %+v %v, want 1 hit, 1 template miss, 2 entries", s, ok)
 	}
 }
 
@@ -279,7 +295,9 @@ func TestTokenizeIsThePromptBuilder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(want, got); diff != "" {
+			// The template is marked on top of the builder's group (see
+			// TestTokenizeMarksTheRealEnginesTemplate).
+			if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(scorer.Group{}, "TemplateLen")); diff != "" {
 				t.Errorf("group (-prompt +emulated):\n%s", diff)
 			}
 			if got.TooLong[0] != tt.tooLong {
