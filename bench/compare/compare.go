@@ -1,7 +1,9 @@
 // Package compare runs one seeded trace against several proxy configurations (split fixed/cost
 // × route random/round_robin/least_loaded × hedging off/on) at several loads (fractions of the
 // measured capacity) in front of the same scorer nodes, and tabulates p50, p99, p99.9 and
-// goodput within the SLO side by side.
+// goodput within the SLO side by side. With scorer nodes (emulated or real) every cell also gets
+// the node side, from the nodes' and the proxy's /metrics read before and after it: node-seconds
+// per request and the template, query-prefix and score-cache hit rates (NodeFigures).
 //
 // Every configuration sees the same requests at the same intended times (same trace seed, same
 // arrival seed per load level); the proxy is restarted per configuration so no learned state
@@ -145,8 +147,14 @@ type Options struct {
 	// Baseline is what the headline compares Best with; zero: the package's Baseline
 	// (fixed+random).
 	Baseline Config
-	Out      string    // folder for results; "" writes nothing
-	Log      io.Writer // progress
+	// FreshCells restarts the nodes and the proxy before every cell (configuration × load), so
+	// that each starts with cold prefix and score caches. Without it the nodes serve the whole
+	// comparison and the proxy every load of one configuration, and since every cell replays the
+	// trace from its start, a later cell finds the requests of the earlier ones cached: on a
+	// workload that repeats itself, later configurations are favoured.
+	FreshCells bool
+	Out        string    // folder for results; "" writes nothing
+	Log        io.Writer // progress
 }
 
 // Row is one (configuration, load) run.
@@ -165,6 +173,9 @@ type Row struct {
 	Errors        int64            `json:"errors"`
 	ErrorsBy      map[string]int64 `json:"errors_by_kind"`
 	CDF           []load.Quantile  `json:"cdf"`
+	// Node is the node side of the cell; nil when the nodes' metrics could not be read (fake
+	// nodes of another server, older reports).
+	Node *NodeFigures `json:"node,omitempty"`
 }
 
 // Report is a whole comparison.
@@ -191,8 +202,10 @@ type Report struct {
 	Machine          string  `json:"machine"`
 	StartedAt        string  `json:"started_at"`
 	WallSec          float64 `json:"wall_s"`
-	Rows             []Row   `json:"rows"`
-	Headline         []Gain  `json:"headline"`
+	// FreshCells: every cell ran on freshly started nodes and proxy (Options.FreshCells).
+	FreshCells bool   `json:"fresh_cells,omitempty"`
+	Rows       []Row  `json:"rows"`
+	Headline   []Gain `json:"headline"`
 	// Command is the command line that produced the report (set by the caller).
 	Command string `json:"command,omitempty"`
 }
@@ -274,7 +287,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer c.Stop()
+	defer func() { c.Stop() }() // c changes with FreshCells
 	kind := o.Cluster.Nodes.Kind
 	if kind == "" {
 		kind = cluster.KindScorer
@@ -296,6 +309,29 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		Emulated: o.Cluster.Emulated(), Nodes: o.Cluster.Nodes.Count, NodeKind: kind, NodeConcurrency: conc, Baseline: o.Baseline.Name(), Workload: o.Trace.Spec().Name,
 		TraceSeed: o.Seed, MeanItems: o.Trace.MeanItems(), DurationSec: o.Duration.Seconds(), WarmupSec: o.Warmup.Seconds(),
 		SLOms: float64(o.SLO) / 1e6, ProxySLOms: float64(o.ProxySLO) / 1e6, StartedAt: began.UTC().Format(time.RFC3339), Machine: calibrate.Machine(),
+		FreshCells: o.FreshCells,
+	}
+	// restartNodes replaces the nodes by fresh ones (FreshCells): new processes, cold caches.
+	restartNodes := func() error {
+		c.Stop()
+		if c, err = cluster.New(o.Cluster, o.Log); err != nil {
+			return err
+		}
+		if err := c.StartNodes(ctx); err != nil {
+			return fmt.Errorf("restart nodes: %w", err)
+		}
+		return nil
+	}
+	// scorerNodes are the HTTP addresses whose /metrics give a cell's node side (fake nodes of
+	// another server export none of the scorer's counters).
+	scorerNodes := func() []string {
+		var a []string
+		for _, n := range c.Nodes() {
+			if n.Kind == cluster.KindScorer || n.Kind == "" {
+				a = append(a, n.HTTPAddr)
+			}
+		}
+		return a
 	}
 	if o.Profile != nil {
 		rep.ModelCapacityRPS = ModelCapacity(o.Trace, o.Profile.Coeffs, o.Cluster.Nodes.Count)
@@ -355,28 +391,45 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	for i, cfg := range o.Configs {
-		p, err := proxyCfg(cfg)
-		if err != nil {
-			return nil, err
-		}
-		if err := c.StartProxy(ctx, p, "proxy-"+cfg.Name()); err != nil {
-			return nil, fmt.Errorf("start proxy %s: %w", cfg.Name(), err)
-		}
-		for _, l := range o.Loads {
+		var p cluster.Proxy
+		for j, l := range o.Loads {
 			if ctx.Err() != nil {
 				return rep, ctx.Err()
 			}
+			if j == 0 || o.FreshCells {
+				c.StopProxy()
+				if o.FreshCells {
+					if err := restartNodes(); err != nil {
+						return nil, err
+					}
+				}
+				if p, err = proxyCfg(cfg); err != nil {
+					return nil, err
+				}
+				if err := c.StartProxy(ctx, p, "proxy-"+cfg.Name()); err != nil {
+					return nil, fmt.Errorf("start proxy %s: %w", cfg.Name(), err)
+				}
+			}
 			rate := l * rep.CapacityRPS
+			sc := newScraper(scorerNodes())
+			before, serr := sc.snapshot(ctx, p.HTTPAddr)
 			res, err := runOne(ctx, o, targetOf(p), rate, 0, o.Duration, o.Warmup)
 			if err != nil {
 				return nil, err
 			}
+			after, aerr := sc.settled(ctx, p.HTTPAddr, 3*time.Second)
+			if serr = errors.Join(serr, aerr); serr != nil {
+				logf("compare: reading /metrics for the node side: %v", serr)
+			}
+			// Open loop: the cell sent its whole schedule, warm-up included (as many requests as
+			// the counters' difference covers).
+			node := nodeFigures(before, after, int64(len(load.Schedule(rate, o.Duration, o.Seed))))
 			row := Row{Config: cfg.Name(), Load: l, RateRPS: rate, Requests: res.Requests, P50ms: res.P50ms, P99ms: res.P99ms,
 				P999ms: res.P999ms, GoodputRPS: res.GoodputRPS, GoodputRatio: res.GoodputRatio, ThroughputRPS: res.ThroughputRPS,
-				Errors: res.Errors, ErrorsBy: res.ErrorsBy, CDF: res.CDF}
+				Errors: res.Errors, ErrorsBy: res.ErrorsBy, CDF: res.CDF, Node: node}
 			rep.Rows = append(rep.Rows, row)
-			logf("compare: [%2d/%d] %-26s load %3.0f%% (%6.2f req/s): p50 %7.1f  p99 %7.1f  p99.9 %7.1f ms  goodput %5.1f%%  errors %d",
-				i+1, len(o.Configs), cfg.Name(), 100*l, rate, res.P50ms, res.P99ms, res.P999ms, 100*res.GoodputRatio, res.Errors)
+			logf("compare: [%2d/%d] %-26s load %3.0f%% (%6.2f req/s): p50 %7.1f  p99 %7.1f  p99.9 %7.1f ms  goodput %5.1f%%  errors %d%s",
+				i+1, len(o.Configs), cfg.Name(), 100*l, rate, res.P50ms, res.P99ms, res.P999ms, 100*res.GoodputRatio, res.Errors, node.text())
 			if o.Out != "" {
 				res.Emulated = rep.Emulated
 				dir := filepath.Join(o.Out, "runs", fmt.Sprintf("%s-%02.0f", cfg.Name(), 100*l))

@@ -43,6 +43,10 @@ func fakeChild(args []string) int {
 			}
 		}
 	}
+	if dir := os.Getenv("BENCH_FAKE_STARTS"); dir != "" && flags["--node-id"] != "" {
+		// Record this node start (TestFreshCellsRestartTheNodes counts them).
+		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d", flags["--node-id"], os.Getpid())), nil, 0o644)
+	}
 	// The baseline's handicap must dominate scheduling noise: under -race on a loaded 2-core
 	// machine the fast proxy's p99 alone has reached ~350 ms.
 	delay := 2 * time.Millisecond
@@ -170,5 +174,31 @@ func TestParseConfig(t *testing.T) {
 	}
 	if n := len(AllConfigs()); n != 12 {
 		t.Errorf("%d configs, want 12", n)
+	}
+}
+
+// TestFreshCellsRestartTheNodes: with FreshCells every cell runs on nodes started for it (so no
+// cell inherits another's caches); without it the nodes serve the whole comparison.
+func TestFreshCellsRestartTheNodes(t *testing.T) {
+	for _, fresh := range []bool{false, true} {
+		starts := t.TempDir()
+		t.Setenv("BENCH_FAKE_STARTS", starts)
+		o := Options{Cluster: fakeCluster(t), Configs: []Config{Best}, Loads: []float64{0.05, 0.1}, Trace: trace(t), Seed: 1,
+			Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Capacity: 50, FreshCells: fresh, Log: &bytes.Buffer{}}
+		rep, err := Run(context.Background(), o)
+		if err != nil {
+			t.Fatalf("fresh %v: %v\nlog:\n%s", fresh, err, o.Log)
+		}
+		ents, err := os.ReadDir(starts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 2 // the 2 nodes, once
+		if fresh {
+			want = 2 * 3 // at the start, then before each of the 2 cells
+		}
+		if len(ents) != want || len(rep.Rows) != 2 || rep.FreshCells != fresh {
+			t.Errorf("fresh %v: %d node starts, %d rows (report fresh %v); want %d starts, 2 rows", fresh, len(ents), len(rep.Rows), rep.FreshCells, want)
+		}
 	}
 }

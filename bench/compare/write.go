@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -19,9 +20,15 @@ func (r *Report) label() string {
 	return "REAL NODES"
 }
 
-// Table is the side-by-side table: one row per (configuration, load).
+// Table is the side-by-side table: one row per (configuration, load). When the nodes' metrics
+// were read, four columns give the node side (NodeFigures): node-seconds per request and the
+// template, query-prefix and score-cache hit rates.
 func (r *Report) Table(md bool) string {
 	header := []string{"config", "load", "req/s", "n", "p50 ms", "p99 ms", "p99.9 ms", fmt.Sprintf("goodput≤%.0fms", r.SLOms), "good req/s", "errors"}
+	node := slices.ContainsFunc(r.Rows, func(x Row) bool { return x.Node != nil })
+	if node {
+		header = append(header, "node-s/req", "template hits", "query-prefix hits", "score-cache hits")
+	}
 	rows := append([]Row(nil), r.Rows...)
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Load < rows[j].Load })
 	var cells [][]string
@@ -30,9 +37,17 @@ func (r *Report) Table(md bool) string {
 		if x.Requests == x.Errors { // no successful request: no latency to show
 			p50, p99, p999 = "n/a", "n/a", "n/a"
 		}
-		cells = append(cells, []string{x.Config, fmt.Sprintf("%.0f%%", 100*x.Load), fmt.Sprintf("%.2f", x.RateRPS), fmt.Sprint(x.Requests),
+		row := []string{x.Config, fmt.Sprintf("%.0f%%", 100*x.Load), fmt.Sprintf("%.2f", x.RateRPS), fmt.Sprint(x.Requests),
 			p50, p99, p999,
-			fmt.Sprintf("%.1f%%", 100*x.GoodputRatio), fmt.Sprintf("%.2f", x.GoodputRPS), errString(x)})
+			fmt.Sprintf("%.1f%%", 100*x.GoodputRatio), fmt.Sprintf("%.2f", x.GoodputRPS), errString(x)}
+		if node {
+			if f := x.Node; f != nil {
+				row = append(row, fmt.Sprintf("%.3f", f.NodeSecondsPerRequest), percent(f.TemplateHitRate), percent(f.QueryPrefixHitRate), percent(f.ScoreCacheHitRate))
+			} else {
+				row = append(row, "n/a", "n/a", "n/a", "n/a")
+			}
+		}
+		cells = append(cells, row)
 	}
 	return report.Table(header, cells, md)
 }
@@ -68,6 +83,9 @@ func (r *Report) HeadlineText() string {
 func (r *Report) Summary() string {
 	s := fmt.Sprintf("%s comparison: %d %s, workload %s (trace seed %d, %.1f items/request), capacity %.2f req/s (%s), %gs per run (%gs warm-up), goodput SLO %.0f ms, proxy deadline %.0f ms\n",
 		r.label(), r.Nodes, r.nodesText(), r.Workload, r.TraceSeed, r.MeanItems, r.CapacityRPS, r.CapacityMethod, r.DurationSec, r.WarmupSec, r.SLOms, r.ProxySLOms)
+	if r.FreshCells {
+		s += "every cell on freshly started nodes and proxy (cold prefix and score caches)\n"
+	}
 	if r.ModelCapacityRPS > 0 {
 		s += fmt.Sprintf("cost-model capacity estimate (each request split over every node, no batch merging on a node): %.2f req/s\n", r.ModelCapacityRPS)
 	}
@@ -103,7 +121,13 @@ func (r *Report) Write(dir, command string) error {
 		}
 		md.WriteString("\n")
 	}
-	fmt.Fprintf(&md, "## Table\n\n`n` is the number of measured requests per run: p99.9 of fewer than 1000 requests is close to the maximum.\n\n%s\n", r.Table(true))
+	fmt.Fprintf(&md, "## Table\n\n`n` is the number of measured requests per run: p99.9 of fewer than 1000 requests is close to the maximum.\n\n")
+	if slices.ContainsFunc(r.Rows, func(x Row) bool { return x.Node != nil }) {
+		md.WriteString("The node side is read from the nodes' and the proxy's /metrics before and after each run, so it covers the warm-up too: " +
+			"`node-s/req` is the nodes' forward seconds summed over nodes ÷ the requests sent (warm-up included); " +
+			"hit rates are hits ÷ lookups: templates (looked up when a whole prefix missed), whole query prefixes, the proxy's score cache (items; n/a without one).\n\n")
+	}
+	fmt.Fprintf(&md, "%s\n", r.Table(true))
 	md.WriteString("![p99 by load](p99-by-load.png)\n![goodput by load](goodput-by-load.png)\n![latency percentiles at the highest load](cdf-highest-load.png)\n")
 	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644); err != nil {
 		return err

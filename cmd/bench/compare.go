@@ -47,6 +47,7 @@ func runCompare(args []string) error {
 	maxBatchItems := fs.Int("max-batch-items", 4, "proxy split.max_batch_items: the chunk size of fixed splitting and the cap of cost splitting")
 	proxyCfg := fs.String("proxy-config", "", "proxy YAML for every configuration (default: written to OUT/proxy.yaml with the cost profile as the proxy's prior and --max-batch-items)")
 	out := fs.String("out", "", "folder for results.json, results.md and plots (default bench/results/compare-<time>)")
+	fresh := fs.Bool("fresh-cells", false, "restart the nodes and the proxy before every cell (configuration × load): each starts with cold prefix and score caches instead of what the earlier cells left")
 	replot := fs.String("replot", "", "only re-render results.md and the plots of the run in this folder from its results.json")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -109,7 +110,7 @@ func runCompare(args []string) error {
 		ccfg.LogDir += "/compare-real"
 	}
 	o := compare.Options{Cluster: ccfg, Duration: *duration, Warmup: *warmup, SLO: *slo, Timeout: *timeout, ProxySLO: *proxySLO, Capacity: *capacity,
-		ProbeDuration: *probeDur, ProbeConcurrency: *probeConc, GRPC: *useGRPC, Profile: prof, Log: os.Stderr}
+		ProbeDuration: *probeDur, ProbeConcurrency: *probeConc, GRPC: *useGRPC, Profile: prof, FreshCells: *fresh, Log: os.Stderr}
 	if *configs != "all" {
 		for _, s := range strings.Split(*configs, ",") {
 			c, err := compare.ParseConfig(strings.TrimSpace(s))
