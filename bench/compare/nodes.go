@@ -19,7 +19,9 @@ const (
 	mPrefixMisses   = "relevance_scorer_prefix_cache_misses_total"
 	mTemplateHits   = "relevance_scorer_prefix_cache_template_hits_total"
 	mTemplateMisses = "relevance_scorer_prefix_cache_template_misses_total"
-	mTokens         = "relevance_scorer_tokens_total" // by kind: prefix, item (computed), reused
+	mTokens         = "relevance_scorer_tokens_total"   // by kind: prefix, item (computed), reused
+	mBatches        = "relevance_scorer_requests_total" // ScoreBatch calls, by code
+	mPasses         = "relevance_scorer_forward_passes_total"
 	mInflight       = "relevance_scorer_inflight_batches"
 	mQueueDepth     = "relevance_scorer_queue_depth"
 	mScoreHits      = "relevance_proxy_score_cache_hits_total"
@@ -150,6 +152,13 @@ type NodeFigures struct {
 	ComputeSeconds float64 `json:"compute_s"`
 	// NodeSecondsPerRequest is ComputeSeconds / Requests.
 	NodeSecondsPerRequest float64 `json:"node_seconds_per_request"`
+	// Batches is the ScoreBatch calls the nodes answered (every status), Passes their forward
+	// passes (merged batches share one); BatchesPerRequest is Batches / Requests. Each batch
+	// pays the per-batch cost once, so a route that splits requests finer costs node time even
+	// when it hits more prefixes.
+	Batches           float64 `json:"batches"`
+	Passes            float64 `json:"passes"`
+	BatchesPerRequest float64 `json:"batches_per_request"`
 	// Prefix-cache lookups: whole prefixes (query level), and templates (looked up when a whole
 	// prefix missed). A prefix repeated within one forward pass is computed once and not looked
 	// up again, so it counts in neither.
@@ -182,12 +191,14 @@ func nodeFigures(before, after snapshot, requests int64) *NodeFigures {
 	f := &NodeFigures{
 		Requests:       requests,
 		ComputeSeconds: dn(mForwardSeconds + "_sum"),
-		PrefixHits:     dn(mPrefixHits), PrefixMisses: dn(mPrefixMisses),
+		Batches:        dn(mBatches), Passes: dn(mPasses),
+		PrefixHits: dn(mPrefixHits), PrefixMisses: dn(mPrefixMisses),
 		TemplateHits: dn(mTemplateHits), TemplateMisses: dn(mTemplateMisses),
 		PrefixTokens: dn(mTokens + `{kind="prefix"}`), ReusedTokens: dn(mTokens + `{kind="reused"}`), ItemTokens: dn(mTokens + `{kind="item"}`),
 	}
 	if requests > 0 {
 		f.NodeSecondsPerRequest = f.ComputeSeconds / float64(requests)
+		f.BatchesPerRequest = f.Batches / float64(requests)
 	}
 	f.TemplateHitRate = hitRate(f.TemplateHits, f.TemplateMisses)
 	f.QueryPrefixHitRate = hitRate(f.PrefixHits, f.PrefixMisses)
@@ -215,8 +226,8 @@ func (f *NodeFigures) text() string {
 	if f == nil {
 		return ""
 	}
-	return fmt.Sprintf("  node-s/req %.3f  hits: template %s, query prefix %s, score %s",
-		f.NodeSecondsPerRequest, percent(f.TemplateHitRate), percent(f.QueryPrefixHitRate), percent(f.ScoreCacheHitRate))
+	return fmt.Sprintf("  node-s/req %.3f  batches/req %.2f  hits: template %s, query prefix %s, score %s",
+		f.NodeSecondsPerRequest, f.BatchesPerRequest, percent(f.TemplateHitRate), percent(f.QueryPrefixHitRate), percent(f.ScoreCacheHitRate))
 }
 
 // percent renders a hit rate, or n/a when there was no lookup.

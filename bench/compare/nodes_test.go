@@ -13,7 +13,13 @@ import (
 
 // nodeMetrics is a scorer node's exposition with the counters a cell reads.
 func nodeMetrics(forwardSum, hits, misses, tHits, tMisses, prefix, reused, item float64) string {
-	return fmt.Sprintf(`# TYPE relevance_scorer_forward_duration_seconds histogram
+	// ScoreBatch calls by code and forward passes: a tenth of the forward seconds' sum, and half that.
+	return fmt.Sprintf(`# TYPE relevance_scorer_requests_total counter
+relevance_scorer_requests_total{code="OK"} %g
+relevance_scorer_requests_total{code="Canceled"} 1
+# TYPE relevance_scorer_forward_passes_total counter
+relevance_scorer_forward_passes_total %g
+# TYPE relevance_scorer_forward_duration_seconds histogram
 relevance_scorer_forward_duration_seconds_bucket{le="0.5"} 1
 relevance_scorer_forward_duration_seconds_bucket{le="+Inf"} 2
 relevance_scorer_forward_duration_seconds_sum %g
@@ -34,7 +40,7 @@ relevance_scorer_tokens_total{kind="item"} %g
 relevance_scorer_inflight_batches 0
 # TYPE relevance_scorer_queue_depth gauge
 relevance_scorer_queue_depth 0
-`, forwardSum, hits, misses, tHits, tMisses, prefix, reused, item)
+`, 10*forwardSum, 5*forwardSum, forwardSum, hits, misses, tHits, tMisses, prefix, reused, item)
 }
 
 func proxyMetrics(hits, misses float64) string {
@@ -84,12 +90,13 @@ func TestNodeFiguresDifferenceTheCell(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	secs := f.NodeSecondsPerRequest
+	secs, batches := f.NodeSecondsPerRequest, f.BatchesPerRequest
 	check("node-seconds per request", &secs, 8.0/40)
+	check("batches per request", &batches, 80.0/40)
 	check("query-prefix hit rate", f.QueryPrefixHitRate, 6.0/10)
 	check("template hit rate", f.TemplateHitRate, 3.0/4)
 	check("score-cache hit rate", f.ScoreCacheHitRate, 150.0/200)
-	if f.ComputeSeconds != 8 || f.Requests != 40 || f.PrefixTokens != 150 || f.ReusedTokens != 500 || f.ItemTokens != 900 || !f.ScoreCache {
+	if f.ComputeSeconds != 8 || f.Requests != 40 || f.Batches != 80 || f.Passes != 40 || f.PrefixTokens != 150 || f.ReusedTokens != 500 || f.ItemTokens != 900 || !f.ScoreCache {
 		t.Errorf("figures %+v", *f)
 	}
 }
@@ -121,7 +128,7 @@ func TestNodeFiguresWithoutLookups(t *testing.T) {
 	if !strings.Contains(lines[0], "node-s/req") || !strings.Contains(lines[0], "score-cache hits") {
 		t.Errorf("header %q lacks the node columns", lines[0])
 	}
-	if strings.Count(lines[1], "n/a") != 3 || !strings.Contains(lines[1], "0.000") || strings.Count(lines[2], "n/a") != 4 {
+	if strings.Count(lines[1], "n/a") != 3 || !strings.Contains(lines[1], "0.000") || strings.Count(lines[2], "n/a") != 5 {
 		t.Errorf("rows %q and %q: want n/a for the rates without lookups and for the row without figures", lines[1], lines[2])
 	}
 }
@@ -131,9 +138,9 @@ func TestNodeFiguresWithoutLookups(t *testing.T) {
 func TestTableShowsNodeFigures(t *testing.T) {
 	r := func(x float64) *float64 { return &x }
 	rep := &Report{SLOms: 500, Rows: []Row{{Config: "cost+prefix_affinity", Load: 0.9, Requests: 400, P50ms: 50, P99ms: 200,
-		Node: &NodeFigures{NodeSecondsPerRequest: 0.4567, TemplateHitRate: r(0.95), QueryPrefixHitRate: r(0.625), ScoreCacheHitRate: r(0.3), ScoreCache: true}}}}
+		Node: &NodeFigures{NodeSecondsPerRequest: 0.4567, BatchesPerRequest: 3.25, TemplateHitRate: r(0.95), QueryPrefixHitRate: r(0.625), ScoreCacheHitRate: r(0.3), ScoreCache: true}}}}
 	md := rep.Table(true)
-	for _, s := range []string{" 0.457 |", " 95.0% |", " 62.5% |", " 30.0% |"} {
+	for _, s := range []string{" 0.457 |", " 3.25 |", " 95.0% |", " 62.5% |", " 30.0% |"} {
 		if !strings.Contains(md, s) {
 			t.Errorf("table lacks %q:\n%s", s, md)
 		}

@@ -27,7 +27,7 @@ func (r *Report) Table(md bool) string {
 	header := []string{"config", "load", "req/s", "n", "p50 ms", "p99 ms", "p99.9 ms", fmt.Sprintf("goodput≤%.0fms", r.SLOms), "good req/s", "errors"}
 	node := slices.ContainsFunc(r.Rows, func(x Row) bool { return x.Node != nil })
 	if node {
-		header = append(header, "node-s/req", "template hits", "query-prefix hits", "score-cache hits")
+		header = append(header, "node-s/req", "batches/req", "template hits", "query-prefix hits", "score-cache hits")
 	}
 	rows := append([]Row(nil), r.Rows...)
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Load < rows[j].Load })
@@ -42,9 +42,10 @@ func (r *Report) Table(md bool) string {
 			fmt.Sprintf("%.1f%%", 100*x.GoodputRatio), fmt.Sprintf("%.2f", x.GoodputRPS), errString(x)}
 		if node {
 			if f := x.Node; f != nil {
-				row = append(row, fmt.Sprintf("%.3f", f.NodeSecondsPerRequest), percent(f.TemplateHitRate), percent(f.QueryPrefixHitRate), percent(f.ScoreCacheHitRate))
+				row = append(row, fmt.Sprintf("%.3f", f.NodeSecondsPerRequest), fmt.Sprintf("%.2f", f.BatchesPerRequest),
+					percent(f.TemplateHitRate), percent(f.QueryPrefixHitRate), percent(f.ScoreCacheHitRate))
 			} else {
-				row = append(row, "n/a", "n/a", "n/a", "n/a")
+				row = append(row, "n/a", "n/a", "n/a", "n/a", "n/a")
 			}
 		}
 		cells = append(cells, row)
@@ -124,7 +125,7 @@ func (r *Report) Write(dir, command string) error {
 	fmt.Fprintf(&md, "## Table\n\n`n` is the number of measured requests per run: p99.9 of fewer than 1000 requests is close to the maximum.\n\n")
 	if slices.ContainsFunc(r.Rows, func(x Row) bool { return x.Node != nil }) {
 		md.WriteString("The node side is read from the nodes' and the proxy's /metrics before and after each run, so it covers the warm-up too: " +
-			"`node-s/req` is the nodes' forward seconds summed over nodes ÷ the requests sent (warm-up included); " +
+			"`node-s/req` is the nodes' forward seconds summed over nodes ÷ the requests sent (warm-up included), `batches/req` the ScoreBatch calls they answered ÷ the same; " +
 			"hit rates are hits ÷ lookups: templates (looked up when a whole prefix missed), whole query prefixes, the proxy's score cache (items; n/a without one).\n\n")
 	}
 	fmt.Fprintf(&md, "%s\n", r.Table(true))
