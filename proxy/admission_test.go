@@ -108,3 +108,39 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	return sum
 }
+
+// TestAdmittedRequestsReportTheirProjectionError: every admitted request whose nodes had learned
+// their cost adds its time over the plan's projected finish to the request-level histogram, the
+// figure admission's margin has to cover; with a node model that matches the fake nodes' true
+// cost, the ratios sit near 1.
+func TestAdmittedRequestsReportTheirProjectionError(t *testing.T) {
+	coeffs := costmodel.Coeffs{A: 1e-5, C: 0.01}
+	nodes := startNodes(t, 2, fakenode.Options{Coeffs: coeffs})
+	cfg := testConfig(nodes.Addrs())
+	cfg.Cost.Prior = coeffs
+	cfg.Admission.MinSamples = 2
+	p, reg := startProxy(t, cfg)
+	for i := range 12 {
+		if _, err := p.Score(context.Background(), makeRequest(6, uint64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "relevance_proxy_request_projection_ratio" {
+			continue
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		if h.GetSampleCount() < 8 {
+			t.Fatalf("%d requests recorded of 12 (the first few, before the nodes learned, may be left out)", h.GetSampleCount())
+		}
+		if mean := h.GetSampleSum() / float64(h.GetSampleCount()); mean < 0.5 || mean > 3 {
+			t.Errorf("mean ratio %.2f, want near 1", mean)
+		}
+		return
+	}
+	t.Fatal("relevance_proxy_request_projection_ratio not exported")
+}

@@ -17,6 +17,7 @@ type metrics struct {
 	hedges          prometheus.Counter
 	hedgeWins       prometheus.Counter
 	rescues         prometheus.Counter
+	requestRatio    prometheus.Histogram
 	rejected        *prometheus.CounterVec
 }
 
@@ -63,12 +64,17 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 			Name: "relevance_proxy_rescues_total",
 			Help: "Overdue batches sent to a second node while the deadline still allowed (retry.rescue_factor; also counted in hedges_total).",
 		}),
+		requestRatio: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "relevance_proxy_request_projection_ratio",
+			Help:    "An admitted request's time from planning to its last batch's answer over the plan's projected finish (admission's error at the request level; requests whose nodes had not learned their cost yet are left out).",
+			Buckets: []float64{0.5, 0.67, 0.8, 0.9, 1, 1.05, 1.1, 1.2, 1.3, 1.5, 2, 3},
+		}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "relevance_proxy_rejected_total",
 			Help: "Requests rejected at admission, by reason (overload: the backlog makes the deadline unreachable; deadline: even idle nodes could not make it).",
 		}, []string{"reason"}),
 	}
-	cs := []prometheus.Collector{m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.rejected, p.cluster.Collector()}
+	cs := []prometheus.Collector{m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.requestRatio, m.rejected, p.cluster.Collector()}
 	if c := p.cache; c != nil {
 		counter := func(name, help string, v func(scorecache.Stats) uint64) prometheus.Collector {
 			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(c.Stats())) })

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -60,6 +61,7 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 	}
 	sub := look.sub(req)
 
+	planned := time.Now()
 	pl := p.planner.Plan(sub, reqID, fp)
 	if pl == nil {
 		return nil, status.Error(codes.Unavailable, "no healthy scorer node")
@@ -92,7 +94,13 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 	}
 
 	partial := p.cfg.OnPartialFailure == PartialPartial || sub.GetOptions().GetAllowPartial()
+	projected := pl.Finish() // read before Run, which takes the leases it is computed from
 	results, firstErr := p.dispatcher.Run(ctx, pl, !partial)
+	if f := projected; f > 0 && pl.MinSamples >= int64(p.cfg.Admission.MinSamples) && !errors.Is(ctx.Err(), context.Canceled) {
+		// A request that ran into its deadline counts too: its time is a lower bound, and
+		// leaving it out would show admission more accurate than it is.
+		p.m.requestRatio.Observe(time.Since(planned).Seconds() / f)
+	}
 	served, err := oneModel(fp, results)
 	if err != nil {
 		return nil, err
