@@ -133,3 +133,40 @@ type Engine interface {
 	CostPrior() CostPrior
 	Info() Info
 }
+
+// TemplateSplit is g's template length when it splits the prefix (0 < TemplateLen < len(Prefix)),
+// else 0: a template as long as the prefix is the whole prefix, looked up as such.
+func (g *Group) TemplateSplit() int {
+	if g.TemplateLen > 0 && g.TemplateLen < len(g.Prefix) {
+		return g.TemplateLen
+	}
+	return 0
+}
+
+// ItemLens are the token counts of g's scorable items (too-long items are not computed).
+func (g *Group) ItemLens() []int {
+	lens := make([]int, 0, len(g.Items))
+	for i, it := range g.Items {
+		if i < len(g.TooLong) && g.TooLong[i] {
+			continue
+		}
+		lens = append(lens, len(it))
+	}
+	return lens
+}
+
+// Features is g's work in one pass when its first reused prefix tokens are not computed (from
+// the cache or another group of the pass): the rest of the prefix, which attends the reused
+// tokens as an item attends its prefix, its scorable items, and one batch. Every engine charges
+// a pass by it, so the node's cost model means the same on real and emulated nodes.
+func (g *Group) Features(reused int) costmodel.Features {
+	P := len(g.Prefix)
+	f := costmodel.BatchFeatures(P, g.ItemLens(), true)
+	switch {
+	case reused <= 0:
+		f = f.Add(costmodel.PrefixFeatures(P))
+	case reused < P:
+		f = f.Add(costmodel.ItemFeatures(reused, P-reused))
+	}
+	return f
+}

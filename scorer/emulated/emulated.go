@@ -99,7 +99,7 @@ type Options struct {
 type Engine struct {
 	prof      costmodel.Profile
 	tokenize  TokenizeFunc
-	templates *templates // marks TemplateLen after the default tokenize; nil with Options.Tokenize
+	templates *prompt.Templates // marks TemplateLen after the default tokenize; nil with Options.Tokenize
 	info      scorer.Info
 	sleep     func(ctx context.Context, d time.Duration) error
 	cache     *prefixcache.Cache // nil when disabled
@@ -154,7 +154,7 @@ func New(opt Options) (*Engine, error) {
 			return nil, fmt.Errorf("emulated engine: %w", err)
 		}
 		e.tokenize = prompt.New(tok, maxTok).Build
-		e.templates = newTemplates(tok)
+		e.templates = prompt.NewTemplates(tok)
 	}
 	e.modelName = opt.Model
 	if e.modelName == "" {
@@ -220,19 +220,8 @@ func (e *Engine) Tokenize(instruction, query string, docs []string, opt scorer.T
 	if err != nil || e.templates == nil {
 		return g, err
 	}
-	g.TemplateLen = e.templates.templateLen(instruction, g.Prefix)
+	g.TemplateLen = e.templates.Len(instruction, g.Prefix)
 	return g, nil
-}
-
-func itemLens(g *scorer.Group) []int {
-	lens := make([]int, 0, len(g.Items))
-	for i, it := range g.Items {
-		if i < len(g.TooLong) && g.TooLong[i] {
-			continue
-		}
-		lens = append(lens, len(it))
-	}
-	return lens
 }
 
 // CostFeatures implements scorer.Engine: the work Forward would charge for the groups now. A
@@ -246,7 +235,7 @@ func (e *Engine) CostFeatures(groups []*scorer.Group) costmodel.Features {
 	plan, _ := e.plan(groups, look) // look never fails
 	var f costmodel.Features
 	for i, g := range groups {
-		f = f.Add(groupFeatures(g, plan[i].tokens))
+		f = f.Add(g.Features(plan[i].tokens))
 	}
 	return f
 }
@@ -294,7 +283,7 @@ func (e *Engine) replaySeconds(groups []*scorer.Group, plan []reuse, f costmodel
 		if len(g.Prefix) > 0 {
 			cached += float64(plan[i].tokens) / float64(len(g.Prefix))
 		}
-		for _, l := range itemLens(g) {
+		for _, l := range g.ItemLens() {
 			items++
 			itemTok += l
 		}
@@ -350,10 +339,10 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 		P, reused := len(g.Prefix), plan[i].tokens
 		st.PrefixReused += reused
 		st.PrefixTokens += P - reused
-		for _, l := range itemLens(g) {
+		for _, l := range g.ItemLens() {
 			st.ItemTokens += l
 		}
-		f = f.Add(groupFeatures(g, reused))
+		f = f.Add(g.Features(reused))
 	}
 	var secs float64
 	if e.replay != nil {
@@ -374,7 +363,7 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 				r.Fill(struct{}{}, int64(len(g.Prefix))*e.kvPerTok)
 			}
 			if r := plan[i].tres; r != nil {
-				r.Fill(struct{}{}, int64(splitAt(g))*e.kvPerTok)
+				r.Fill(struct{}{}, int64(g.TemplateSplit())*e.kvPerTok)
 			}
 		}
 		ep.Commit()

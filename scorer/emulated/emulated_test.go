@@ -64,7 +64,7 @@ func tokenize(t testing.TB, e *Engine, query string, docs ...string) *scorer.Gro
 func predicted(g []*scorer.Group, cached []bool) float64 {
 	var f costmodel.Features
 	for i, gr := range g {
-		f = f.Add(costmodel.BatchFeatures(len(gr.Prefix), itemLens(gr), cached[i]))
+		f = f.Add(costmodel.BatchFeatures(len(gr.Prefix), gr.ItemLens(), cached[i]))
 	}
 	return testProfile.Seconds(f)
 }
@@ -72,7 +72,7 @@ func predicted(g []*scorer.Group, cached []bool) float64 {
 // templateReused is the work of a group that reused only its template: its items and batch
 // against the whole prefix, plus the query's tokens computed after the template.
 func templateReused(g *scorer.Group) costmodel.Features {
-	return costmodel.BatchFeatures(len(g.Prefix), itemLens(g), true).Add(costmodel.ItemFeatures(g.TemplateLen, len(g.Prefix)-g.TemplateLen))
+	return costmodel.BatchFeatures(len(g.Prefix), g.ItemLens(), true).Add(costmodel.ItemFeatures(g.TemplateLen, len(g.Prefix)-g.TemplateLen))
 }
 
 func TestNewValidates(t *testing.T) {
@@ -108,7 +108,7 @@ func TestForwardSleepsForPredictedTime(t *testing.T) {
 	if g2.TemplateLen == 0 || g2.TemplateLen != g1.TemplateLen {
 		t.Fatalf("template lengths %d and %d, want one, > 0", g1.TemplateLen, g2.TemplateLen)
 	}
-	wantF := costmodel.BatchFeatures(len(g1.Prefix), itemLens(g1), false).Add(templateReused(g2))
+	wantF := costmodel.BatchFeatures(len(g1.Prefix), g1.ItemLens(), false).Add(templateReused(g2))
 	want := testProfile.Seconds(wantF)
 	if math.Abs(est-want) > 1e-12 {
 		t.Errorf("EstimateSeconds = %v, want %v", est, want)

@@ -1,77 +1,9 @@
 package emulated
 
 import (
-	"strings"
-	"sync"
-
-	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/scorer"
 	"github.com/relevance-scoring/relevance/scorer/prefixcache"
-	"github.com/relevance-scoring/relevance/scorer/prompt"
-	"github.com/relevance-scoring/relevance/tokenizer"
 )
-
-// templates is Tokenize's memo of each instruction's template tokens: the prompt up to
-// "<Query>:", which every query of the instruction shares. It marks Group.TemplateLen exactly as
-// the real engine does (scorer/model: templateTokens.templateLen), so that an emulated node
-// reuses the template where a real one would; TestTokenizeMarksTheRealEnginesTemplate compares
-// the two. (The rule lives in scorer/model unexported; it is repeated here rather than moved, see
-// the package's report to the lead.)
-type templates struct {
-	tok  *tokenizer.Tokenizer
-	head []int32
-	mu   sync.Mutex
-	m    map[string][]int32
-}
-
-// maxTemplateMemo bounds the instructions remembered, as the real engine does: a client sending
-// a new instruction per request must not grow the map without end.
-const maxTemplateMemo = 256
-
-func newTemplates(tok *tokenizer.Tokenizer) *templates {
-	return &templates{tok: tok, head: tok.Encode(prompt.HeadText)}
-}
-
-// templateLen is how many leading tokens of prefix (a prompt prefix for instruction) every query
-// of the instruction shares: the common part of prefix and the instruction's template tokenized
-// alone (byte-level BPE joins the space after "<Query>:" to the query's first word, so the
-// boundary is taken in token space).
-func (tt *templates) templateLen(instruction string, prefix []int32) int {
-	tt.mu.Lock()
-	toks, ok := tt.m[instruction]
-	tt.mu.Unlock()
-	if !ok {
-		// The body's text up to the query: what BodyPrefix gives two different queries alike,
-		// less the space that joins the query.
-		a, b := prompt.BodyPrefix(instruction, "a"), prompt.BodyPrefix(instruction, "b")
-		n := commonLen([]byte(a), []byte(b))
-		toks = append(append([]int32(nil), tt.head...), tt.tok.EncodePlain(strings.TrimRight(a[:n], " "))...)
-		tt.mu.Lock()
-		if tt.m == nil || len(tt.m) >= maxTemplateMemo {
-			tt.m = map[string][]int32{}
-		}
-		tt.m[instruction] = toks
-		tt.mu.Unlock()
-	}
-	return commonLen(toks, prefix)
-}
-
-func commonLen[T comparable](a, b []T) int {
-	n := 0
-	for n < min(len(a), len(b)) && a[n] == b[n] {
-		n++
-	}
-	return n
-}
-
-// splitAt is g's template length when it splits the prefix (0 < TemplateLen < len(Prefix)),
-// else 0: a template as long as the prefix is the whole prefix, looked up as such.
-func splitAt(g *scorer.Group) int {
-	if g.TemplateLen > 0 && g.TemplateLen < len(g.Prefix) {
-		return g.TemplateLen
-	}
-	return 0
-}
 
 // reuse is how one pass has one group's prefix.
 type reuse struct {
@@ -118,7 +50,7 @@ func (e *Engine) plan(groups []*scorer.Group, look lookupFunc) ([]reuse, error) 
 			continue
 		}
 		computes[k], out[i].res = true, res
-		t := splitAt(g)
+		t := g.TemplateSplit()
 		if t == 0 {
 			continue
 		}
@@ -138,16 +70,4 @@ func (e *Engine) plan(groups []*scorer.Group, look lookupFunc) ([]reuse, error) 
 		computes[tk], out[i].tres = true, res
 	}
 	return out, nil
-}
-
-// groupFeatures is one group's work when its first reused prefix tokens are not computed: the
-// rest of the prefix (attending the reused tokens as an item attends its prefix), its scorable
-// items, one batch. It is the real engine's accounting (scorer/model.groupFeatures).
-func groupFeatures(g *scorer.Group, reused int) costmodel.Features {
-	P := len(g.Prefix)
-	f := costmodel.BatchFeatures(P, itemLens(g), reused > 0)
-	if reused > 0 && reused < P {
-		f = f.Add(costmodel.ItemFeatures(reused, P-reused))
-	}
-	return f
 }

@@ -109,7 +109,7 @@ func TestTemplateSharedWithinOnePass(t *testing.T) {
 	if a.PrefixReused != 0 || b.PrefixReused != b.TemplateLen || st.PrefixReused != b.TemplateLen {
 		t.Errorf("reused %d and %d (pass %d), want 0 and the template's %d", a.PrefixReused, b.PrefixReused, st.PrefixReused, b.TemplateLen)
 	}
-	want := testProfile.Seconds(costmodel.BatchFeatures(len(a.Prefix), itemLens(a), false).Add(templateReused(b)))
+	want := testProfile.Seconds(costmodel.BatchFeatures(len(a.Prefix), a.ItemLens(), false).Add(templateReused(b)))
 	if got := fs.slept[0].Seconds(); math.Abs(got-want) > 1e-6 {
 		t.Errorf("slept %.6fs, want %.6fs", got, want)
 	}

@@ -25,7 +25,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -91,54 +90,8 @@ type Engine struct {
 	// outlives the weights that made it, even when a folder is overwritten with new weights of the
 	// same shape.
 	identity string
-	// templates maps an instruction to the tokens of the prompt up to "<Query>:" (see
-	// templateLen); bounded, rebuilt on demand.
-	templates templateTokens
-}
-
-// templateTokens is Tokenize's memo of each instruction's template tokens.
-type templateTokens struct {
-	tok  *tokenizer.Tokenizer
-	head []int32
-	mu   sync.Mutex
-	m    map[string][]int32
-}
-
-// maxTemplateMemo bounds the instructions remembered (a node serves a handful; a client sending
-// a new instruction per request must not grow the map without end).
-const maxTemplateMemo = 256
-
-// templateLen is how many leading tokens of prefix (a prompt prefix for instruction) every query
-// of the instruction shares: the template head and the body up to "<Query>:" — as tokens, the
-// common part of prefix and the instruction's template tokenized alone (byte-level BPE joins the
-// space after "<Query>:" to the query's first word, so the boundary is taken in token space, as
-// the prompt builder takes the document's). Any common token prefix is exact: a position's KV
-// depends on the tokens up to it only.
-func (tt *templateTokens) templateLen(instruction string, prefix []int32) int {
-	tt.mu.Lock()
-	toks, ok := tt.m[instruction]
-	tt.mu.Unlock()
-	if !ok {
-		// The body's text up to the query: what BodyPrefix gives two different queries alike,
-		// less the space that joins the query.
-		a, b := prompt.BodyPrefix(instruction, "a"), prompt.BodyPrefix(instruction, "b")
-		n := 0
-		for n < min(len(a), len(b)) && a[n] == b[n] {
-			n++
-		}
-		toks = append(append([]int32(nil), tt.head...), tt.tok.EncodePlain(strings.TrimRight(a[:n], " "))...)
-		tt.mu.Lock()
-		if tt.m == nil || len(tt.m) >= maxTemplateMemo {
-			tt.m = map[string][]int32{}
-		}
-		tt.m[instruction] = toks
-		tt.mu.Unlock()
-	}
-	n := 0
-	for n < min(len(toks), len(prefix)) && toks[n] == prefix[n] {
-		n++
-	}
-	return n
+	// templates marks each group's template (prompt.Templates).
+	templates *prompt.Templates
 }
 
 var _ scorer.Engine = (*Engine)(nil)
@@ -222,7 +175,7 @@ func Load(dir string, opt Options) (*Engine, error) {
 		model:     m,
 		ckpt:      ck,
 		builder:   prompt.New(tok, maxTokens),
-		templates: templateTokens{tok: tok, head: tok.Encode(prompt.HeadText)},
+		templates: prompt.NewTemplates(tok),
 		info: scorer.Info{
 			Model: name, Architecture: cfg.Arch(), DType: m.DType, Kernels: kernels.Implementation(),
 			MaxTokens: maxTokens,
@@ -277,7 +230,7 @@ func (e *Engine) Tokenize(instruction, query string, docs []string, opt scorer.T
 	if err != nil {
 		return nil, err
 	}
-	g.TemplateLen = e.templates.templateLen(instruction, g.Prefix)
+	g.TemplateLen = e.templates.Len(instruction, g.Prefix)
 	return g, nil
 }
 
@@ -304,7 +257,7 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 				items[j] = it
 			}
 		}
-		qg[i] = &qwen.Group{Prefix: g.Prefix, Items: items, TemplateLen: templateLen(g)}
+		qg[i] = &qwen.Group{Prefix: g.Prefix, Items: items, TemplateLen: g.TemplateSplit()}
 		g.PrefixCached, g.PrefixReused = false, 0
 	}
 	// The pass is one cache epoch: a prefix or template it computes is reserved now, filled and
@@ -411,22 +364,13 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 	stats.ItemTokens = st.ItemTokens
 	// The pass's work: what qwen.Forward computed of each group's prefix, and its items.
 	for _, g := range groups {
-		stats.Features = stats.Features.Add(groupFeatures(g, g.PrefixReused))
+		stats.Features = stats.Features.Add(g.Features(g.PrefixReused))
 	}
 	if st.MoECalls > 0 {
 		stats.MoEVariants = st.MoEVariants
 		stats.MoEPaddingRatio = st.MoEPaddingSum / float64(st.MoECalls)
 	}
 	return stats, nil
-}
-
-// templateLen is g's template length when it splits the prefix (0 < TemplateLen < len(Prefix)),
-// else 0.
-func templateLen(g *scorer.Group) int {
-	if g.TemplateLen > 0 && g.TemplateLen < len(g.Prefix) {
-		return g.TemplateLen
-	}
-	return 0
 }
 
 // CostFeatures is the work Forward would do for the groups now (scorer.Engine): a prefix is not
@@ -442,7 +386,7 @@ func (e *Engine) CostFeatures(groups []*scorer.Group) costmodel.Features {
 			k := prefixcache.KeyOf(e.identity, g.Prefix)
 			if seen[k] || (e.cache != nil && e.cache.Contains(k)) {
 				reused = len(g.Prefix)
-			} else if t := templateLen(g); t > 0 {
+			} else if t := g.TemplateSplit(); t > 0 {
 				tk := prefixcache.KeyOf(e.identity, g.Prefix[:t])
 				if seen[tk] || (e.cache != nil && e.cache.Contains(tk)) {
 					reused = t
@@ -451,27 +395,7 @@ func (e *Engine) CostFeatures(groups []*scorer.Group) costmodel.Features {
 			}
 			seen[k] = true
 		}
-		f = f.Add(groupFeatures(g, reused))
-	}
-	return f
-}
-
-// groupFeatures is one group's work: its prefix but for the reused leading tokens (the tokens
-// after them attend them as an item does its prefix), its scorable items, one batch.
-func groupFeatures(g *scorer.Group, reused int) costmodel.Features {
-	items := make([]int, 0, len(g.Items))
-	for j, it := range g.Items {
-		if len(g.TooLong) == 0 || !g.TooLong[j] {
-			items = append(items, len(it))
-		}
-	}
-	P := len(g.Prefix)
-	f := costmodel.BatchFeatures(P, items, true)
-	switch {
-	case reused <= 0:
-		f = f.Add(costmodel.PrefixFeatures(P))
-	case reused < P:
-		f = f.Add(costmodel.ItemFeatures(reused, P-reused))
+		f = f.Add(g.Features(reused))
 	}
 	return f
 }

@@ -21,8 +21,10 @@ package prompt
 import (
 	"errors"
 	"fmt"
-	template "github.com/relevance-scoring/relevance/prompt"
 	"strings"
+	"sync"
+
+	template "github.com/relevance-scoring/relevance/prompt"
 
 	"github.com/relevance-scoring/relevance/scorer"
 	"github.com/relevance-scoring/relevance/tokenizer"
@@ -139,6 +141,60 @@ func commonPrefix(a, b []int32) int {
 		if a[i] != b[i] {
 			return i
 		}
+	}
+	return n
+}
+
+// Templates marks how many leading prefix tokens every query of an instruction shares: the
+// template head and the body up to "<Query>:" (scorer.Group.TemplateLen). Both engines, the real
+// one and the emulated one, mark their groups with it, so an emulated node reuses the template
+// exactly where a real one would. It memoises each instruction's template tokens (bounded: a
+// client sending a new instruction per request must not grow it without end). Safe for
+// concurrent use.
+type Templates struct {
+	tok  *tokenizer.Tokenizer
+	head []int32
+	mu   sync.Mutex
+	m    map[string][]int32
+}
+
+// maxTemplateMemo bounds the instructions remembered (a node serves a handful).
+const maxTemplateMemo = 256
+
+// NewTemplates returns an empty memo over tok.
+func NewTemplates(tok *tokenizer.Tokenizer) *Templates {
+	return &Templates{tok: tok, head: tok.Encode(HeadText)}
+}
+
+// Len is how many leading tokens of prefix (a prompt prefix for instruction) every query of the
+// instruction shares: as tokens, the common part of prefix and the instruction's template
+// tokenized alone. Byte-level BPE joins the space after "<Query>:" to the query's first word, so
+// the boundary is taken in token space, as the builder takes the document's. Any common token
+// prefix is exact: a position's KV depends on the tokens up to it only.
+func (t *Templates) Len(instruction string, prefix []int32) int {
+	t.mu.Lock()
+	toks, ok := t.m[instruction]
+	t.mu.Unlock()
+	if !ok {
+		// The body's text up to the query: what BodyPrefix gives two different queries alike,
+		// less the space that joins the query.
+		a, b := BodyPrefix(instruction, "a"), BodyPrefix(instruction, "b")
+		n := commonLen([]byte(a), []byte(b))
+		toks = append(append([]int32(nil), t.head...), t.tok.EncodePlain(strings.TrimRight(a[:n], " "))...)
+		t.mu.Lock()
+		if t.m == nil || len(t.m) >= maxTemplateMemo {
+			t.m = map[string][]int32{}
+		}
+		t.m[instruction] = toks
+		t.mu.Unlock()
+	}
+	return commonLen(toks, prefix)
+}
+
+func commonLen[T comparable](a, b []T) int {
+	n := 0
+	for n < min(len(a), len(b)) && a[n] == b[n] {
+		n++
 	}
 	return n
 }
