@@ -77,6 +77,13 @@ func (c *Counter) Prefix(instruction, query string) int {
 	return c.head + c.plain(BodyPrefix(instruction, query))
 }
 
+// Template is the tokens every query of instruction shares at the start of its prefix (HeadText
+// and QueryLead): the part of Prefix a node holds once per instruction. "" means
+// DefaultInstruction.
+func (c *Counter) Template(instruction string) int {
+	return c.head + c.plain(QueryLead(instruction))
+}
+
 // Item is one item's own tokens: the document and the template tail.
 func (c *Counter) Item(text string) int {
 	if !c.exact {

@@ -27,6 +27,17 @@ const (
 	TailText = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 )
 
+// QueryLead is the prompt body up to the query, "<Query>:" included, without the space that
+// joins the query's first word (byte-level BPE puts that space in the word's token): with
+// HeadText it is the template every query of the instruction shares, which a node computes once
+// and keeps (the shared template KV). "" means DefaultInstruction.
+func QueryLead(instruction string) string {
+	if instruction == "" {
+		instruction = DefaultInstruction
+	}
+	return "<Instruct>: " + instruction + "\n<Query>:"
+}
+
 // BodyPrefix is the prompt body up to the document, "<Document>:" included: with HeadText it is
 // the shared prefix of every item of a query. A document's own body text is " "+document (the
 // space joins its first word under byte-level BPE). "" means DefaultInstruction.

@@ -176,11 +176,7 @@ func (t *Templates) Len(instruction string, prefix []int32) int {
 	toks, ok := t.m[instruction]
 	t.mu.Unlock()
 	if !ok {
-		// The body's text up to the query: what BodyPrefix gives two different queries alike,
-		// less the space that joins the query.
-		a, b := BodyPrefix(instruction, "a"), BodyPrefix(instruction, "b")
-		n := commonLen([]byte(a), []byte(b))
-		toks = append(append([]int32(nil), t.head...), t.tok.EncodePlain(strings.TrimRight(a[:n], " "))...)
+		toks = append(append([]int32(nil), t.head...), t.tok.EncodePlain(template.QueryLead(instruction))...)
 		t.mu.Lock()
 		if t.m == nil || len(t.m) >= maxTemplateMemo {
 			t.m = map[string][]int32{}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	template "github.com/relevance-scoring/relevance/prompt"
 	"github.com/relevance-scoring/relevance/scorer"
 	"github.com/relevance-scoring/relevance/tokenizer"
 )
@@ -187,4 +188,40 @@ func TestConcurrentBuild(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestTemplateIsTheSharedTokenPrefix: the template a node marks (Templates.Len) is exactly the
+// token prefix two different queries of the instruction share, and the proxy's exact counter
+// counts the same number of template tokens (prompt.Counter.Template), so that what the proxy
+// prices as held is what the node holds.
+func TestTemplateIsTheSharedTokenPrefix(t *testing.T) {
+	tok := defaultTok(t)
+	b := New(tok, 0)
+	tt := NewTemplates(tok)
+	counter, err := template.NewCounter(template.CountExact)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, instr := range []string{"", "Given a product search query, retrieve relevant listings", "判断文档是否回答了问题"} {
+		var prefixes [][]int32
+		for _, q := range []string{"wireless headphones", "  leading spaces", "Ünïcode café", "x"} {
+			g, err := b.Build(instr, q, []string{"doc"}, scorer.TokenizeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			prefixes = append(prefixes, g.Prefix)
+		}
+		shared := len(prefixes[0])
+		for _, p := range prefixes[1:] {
+			shared = min(shared, commonLen(prefixes[0], p))
+		}
+		for i, p := range prefixes {
+			if got := tt.Len(instr, p); got != shared {
+				t.Errorf("instruction %q query %d: template %d tokens, queries share %d", instr, i, got, shared)
+			}
+		}
+		if got := counter.Template(instr); got != shared {
+			t.Errorf("instruction %q: the proxy's counter says %d template tokens, the node's %d", instr, got, shared)
+		}
+	}
 }
