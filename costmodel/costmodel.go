@@ -57,6 +57,11 @@ func (f Features) Add(g Features) Features {
 	return Features{f.Tokens + g.Tokens, f.Pairs + g.Pairs, f.Batches + g.Batches}
 }
 
+// Sub returns f − g (the work of f without a part g of it).
+func (f Features) Sub(g Features) Features {
+	return Features{f.Tokens - g.Tokens, f.Pairs - g.Pairs, f.Batches - g.Batches}
+}
+
 // Seconds is the predicted time of work with features f.
 func (c Coeffs) Seconds(f Features) float64 {
 	return c.A*f.Tokens + c.B*f.Pairs + c.C*f.Batches

@@ -96,3 +96,32 @@ func TestNodeModelMeasuredPassesCountAsSamples(t *testing.T) {
 		t.Errorf("samples %d after a model of 2 passes, want 11 kept", got)
 	}
 }
+
+// TestNodeLearnsTheTemplateItKeeps: a reply whose usage shows the node computed only the tail of
+// a prefix (it kept the instruction's template) marks the node as keeping templates, and one that
+// computed a whole prefix clears the mark; a prefix wholly from the cache says nothing either way.
+func TestNodeLearnsTheTemplateItKeeps(t *testing.T) {
+	n := &Node{learn: costmodel.NewLearner(testPrior, 0.99)}
+	reply := func(prefix, computed uint32, cached bool) *relevancev1.ScoreBatchResponse {
+		return &relevancev1.ScoreBatchResponse{
+			Scores: []*relevancev1.ItemScore{{Index: 0, Tokens: 20}},
+			Usage:  &relevancev1.Usage{PrefixTokens: uint64(computed)},
+			Stats:  &relevancev1.BatchStats{ComputeSeconds: 0.05, PrefixTokens: prefix, PrefixCached: cached},
+		}
+	}
+	if n.KeepsTemplates() {
+		t.Fatal("a node no reply has shown keeping templates is believed to")
+	}
+	n.Observe(reply(70, 12, false), time.Now())
+	if !n.KeepsTemplates() {
+		t.Error("computed 12 of 70 prefix tokens: not marked as keeping templates")
+	}
+	n.Observe(reply(70, 0, true), time.Now())
+	if !n.KeepsTemplates() {
+		t.Error("a cached prefix cleared the mark")
+	}
+	n.Observe(reply(70, 70, false), time.Now())
+	if n.KeepsTemplates() {
+		t.Error("computed a whole prefix: still marked as keeping templates")
+	}
+}

@@ -51,7 +51,9 @@ type Node struct {
 	errors      atomic.Int64
 	lastFailure atomic.Int64 // unix nanoseconds of the last counted failure
 	removed     atomic.Bool
-	connClosed  atomic.Bool
+	// keepsTemplates: the node keeps each instruction's template KV (KeepsTemplates).
+	keepsTemplates atomic.Bool
+	connClosed     atomic.Bool
 
 	// Outlier detection (outlier.go).
 	slowRun      atomic.Int32 // slow outcomes in a row
@@ -223,9 +225,25 @@ func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 	if st == nil || !(st.GetComputeSeconds() > 0) {
 		return
 	}
+	// The prefix work the node did: none when it came from its cache, else all of it less the
+	// leading tokens it reused (its template: the usage counts the prefix tokens computed), the
+	// rest attending them as an item attends its prefix — as the node charges its own passes
+	// (scorer.Group.Features), so the two models mean the same.
+	P := int(st.GetPrefixTokens())
+	computed := P
+	if u := resp.GetUsage(); u != nil && len(resp.GetScores()) > 0 {
+		computed = min(P, int(u.GetPrefixTokens()))
+	}
+	if st.GetPrefixCached() {
+		computed = 0
+	}
+	n.observePrefixWork(P, computed)
 	f := costmodel.Features{Batches: 1}
-	if !st.GetPrefixCached() {
-		f = f.Add(costmodel.PrefixFeatures(int(st.GetPrefixTokens())))
+	switch {
+	case computed == P:
+		f = f.Add(costmodel.PrefixFeatures(P))
+	case computed > 0:
+		f = f.Add(costmodel.ItemFeatures(P-computed, computed))
 	}
 	for _, s := range resp.GetScores() {
 		f = f.Add(costmodel.ItemFeatures(int(st.GetPrefixTokens()), int(s.GetTokens())))

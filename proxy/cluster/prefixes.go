@@ -66,3 +66,20 @@ func (n *Node) Remember(key uint64, reused bool) {
 func (n *Node) Holds(key uint64) bool {
 	return key != 0 && n.cacheSeen.Load() && n.prefixes.holds(key)
 }
+
+// KeepsTemplates reports whether the node keeps each instruction's template KV (the prompt up to
+// the query, shared by every query) and computes only the rest of a new query's prefix: as its
+// latest reply that computed a prefix showed.
+func (n *Node) KeepsTemplates() bool { return n.keepsTemplates.Load() }
+
+// observePrefixWork records what the node computed of a prefix of p tokens: all of it (no
+// template kept) or part of it (a template kept). A prefix wholly reused says nothing.
+func (n *Node) observePrefixWork(p, computed int) {
+	switch {
+	case p <= 0 || computed <= 0:
+	case computed >= p:
+		n.keepsTemplates.Store(false)
+	default:
+		n.keepsTemplates.Store(true)
+	}
+}

@@ -48,7 +48,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/relevance-scoring/relevance/costmodel"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/backend"
 	"github.com/relevance-scoring/relevance/proxy/cluster"
@@ -475,7 +474,10 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slo
 		}
 		pred := l.Predicted
 		if resp.GetStats().GetPrefixCached() {
-			pred -= l.Coeffs.Seconds(costmodel.PrefixFeatures(b.PrefixTokens))
+			// Less the prefix work the lease priced (none where the node was believed to hold
+			// the prefix; the rest after the template where it keeps templates).
+			w := b.Work()
+			pred -= l.Coeffs.Seconds(l.Features.Sub(w.Features.Sub(w.Prefix)))
 		}
 		if cs := resp.GetStats().GetComputeSeconds(); cs > 0 && pred > 0 {
 			observe(d.m.EstimateRatio, cs/pred)

@@ -85,23 +85,31 @@ func NewPlacer(c *cluster.Cluster, picker route.Picker) *Placer {
 }
 
 // Work is what a placement prices: the batch's features (its prefix computed) and its prefix's
-// key and features, which a node that holds the prefix in its cache does not pay.
+// key and features, which a node that holds the prefix in its cache does not pay, and of which a
+// node that keeps the instruction's template pays only the rest.
 type Work struct {
 	Features costmodel.Features
 	// PrefixKey identifies the shared prefix (instruction and query); 0: none.
 	PrefixKey uint64
 	Prefix    costmodel.Features
+	// Rest is the prefix's work on a node that keeps the template (cluster.Node.KeepsTemplates):
+	// the tokens after it, attending it. Equal to Prefix when the prefix has no template part.
+	Rest costmodel.Features
 	// Fingerprint pins the work to nodes of one model: a node known to answer with another
 	// fingerprint is not a candidate. "": any node.
 	Fingerprint string
 }
 
-// On is the work's features on node n: without the prefix where n holds it.
+// On is the work's features on node n: without the prefix where n holds it, with only the
+// prefix's rest where n keeps templates.
 func (w Work) On(n *cluster.Node) costmodel.Features {
-	if !n.Holds(w.PrefixKey) {
-		return w.Features
+	switch {
+	case n.Holds(w.PrefixKey):
+		return w.Features.Sub(w.Prefix)
+	case n.KeepsTemplates():
+		return w.Features.Sub(w.Prefix).Add(w.Rest)
 	}
-	return costmodel.Features{Tokens: w.Features.Tokens - w.Prefix.Tokens, Pairs: w.Features.Pairs - w.Prefix.Pairs, Batches: w.Features.Batches}
+	return w.Features
 }
 
 // candList adapts nodes to route.Candidates and route.Costed; loads are read at pick time.
@@ -184,9 +192,11 @@ type Batch struct {
 	// Req is the ScoreBatch request to send.
 	Req *relevancev1.ScoreBatchRequest
 	// PrefixTokens is the shared prefix's token count; PrefixKey identifies it (instruction and
-	// query) for the nodes' prefix caches.
-	PrefixTokens int
-	PrefixKey    uint64
+	// query) for the nodes' prefix caches. TemplateTokens are its leading tokens every query of
+	// the instruction shares (prompt.Counter.Template).
+	PrefixTokens   int
+	PrefixKey      uint64
+	TemplateTokens int
 	// Fingerprint is the model the request is pinned to ("": any).
 	Fingerprint string
 	// Features is the batch's work as the proxy sees it (prefix not cached).
@@ -197,7 +207,12 @@ type Batch struct {
 
 // Work is the batch as a placement prices it.
 func (b *Batch) Work() Work {
-	return Work{Features: b.Features, PrefixKey: b.PrefixKey, Prefix: costmodel.PrefixFeatures(b.PrefixTokens), Fingerprint: b.Fingerprint}
+	w := Work{Features: b.Features, PrefixKey: b.PrefixKey, Prefix: costmodel.PrefixFeatures(b.PrefixTokens), Fingerprint: b.Fingerprint}
+	w.Rest = w.Prefix
+	if t := b.TemplateTokens; t > 0 && t < b.PrefixTokens {
+		w.Rest = costmodel.ItemFeatures(t, b.PrefixTokens-t)
+	}
+	return w
 }
 
 // PrefixKey identifies the shared prefix of (instruction, query) — what a node's prefix cache is
@@ -322,6 +337,7 @@ func (pl *Planner) Urgent(req *relevancev1.ScoreRequest, reqID, fingerprint stri
 func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string, urgent bool) *Plan {
 	start := time.Now()
 	prefix := pl.counter.Prefix(req.GetInstruction(), req.GetQuery())
+	tmpl := min(pl.counter.Template(req.GetInstruction()), prefix)
 	toks := make([]int, len(req.GetItems()))
 	for i, it := range req.GetItems() {
 		toks[i] = pl.counter.Item(it.GetText())
@@ -368,7 +384,7 @@ func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string
 			br.Items[j] = req.GetItems()[i]
 			bt[j] = toks[i]
 		}
-		out.Batches[bi] = &Batch{Index: bi, Items: b.Items, Req: br, PrefixTokens: prefix, PrefixKey: key, Fingerprint: fingerprint, Features: costmodel.BatchFeatures(prefix, bt, false)}
+		out.Batches[bi] = &Batch{Index: bi, Items: b.Items, Req: br, PrefixTokens: prefix, PrefixKey: key, TemplateTokens: tmpl, Fingerprint: fingerprint, Features: costmodel.BatchFeatures(prefix, bt, false)}
 	}
 	// Place in the split's order (earliest planned start first), each placement charged before
 	// the next, so that the route strategy's picks follow the split's plan.

@@ -216,3 +216,30 @@ func TestPlaceCreditsACachedPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestPlacePricesOnlyTheQueryOnANodeThatKeepsTemplates: a node that keeps the instruction's
+// template pays for a new query's prefix only the tokens after the template (attending it), not
+// the whole prefix; a node that holds the query's prefix pays nothing for it.
+func TestPlacePricesOnlyTheQueryOnANodeThatKeepsTemplates(t *testing.T) {
+	c := startCluster(t, 1)
+	n := c.Snapshot()[0]
+	b := &Batch{PrefixTokens: 70, TemplateTokens: 60, PrefixKey: PrefixKey("", "usb-c charger"), Features: costmodel.BatchFeatures(70, []int{20, 20}, false)}
+	w := b.Work()
+	items := costmodel.BatchFeatures(70, []int{20, 20}, true)
+	if got := w.On(n); got != w.Features {
+		t.Errorf("plain node: %+v, want the whole prefix computed %+v", got, w.Features)
+	}
+	n.Observe(&relevancev1.ScoreBatchResponse{
+		Scores: []*relevancev1.ItemScore{{Index: 0, Tokens: 20}},
+		Usage:  &relevancev1.Usage{PrefixTokens: 10},
+		Stats:  &relevancev1.BatchStats{ComputeSeconds: 0.05, PrefixTokens: 70},
+	}, time.Now())
+	want := items.Add(costmodel.ItemFeatures(60, 10))
+	if got := w.On(n); math.Abs(got.Tokens-want.Tokens) > 1e-9 || math.Abs(got.Pairs-want.Pairs) > 1e-9 || got.Batches != 1 {
+		t.Errorf("node keeping templates: %+v, want the 10 query tokens after the 60 of the template %+v", got, want)
+	}
+	n.Remember(b.PrefixKey, true)
+	if got := w.On(n); math.Abs(got.Tokens-items.Tokens) > 1e-9 || math.Abs(got.Pairs-items.Pairs) > 1e-9 {
+		t.Errorf("node holding the prefix: %+v, want the items only %+v", got, items)
+	}
+}
