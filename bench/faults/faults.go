@@ -119,6 +119,7 @@ type Report struct {
 	Nodes          int       `json:"nodes"`
 	Engine         string    `json:"engine"`
 	CostProfile    string    `json:"cost_profile,omitempty"`
+	ProxyConfig    string    `json:"proxy_config,omitempty"` // "": the proxy's defaults
 	Workload       string    `json:"workload"`
 	SLOms          float64   `json:"slo_ms"`
 	Quick          bool      `json:"quick,omitempty"`
@@ -184,7 +185,7 @@ func runWith(ctx context.Context, o Options, done func(*env)) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{StartedAt: time.Now().UTC(), Machine: machine(), Nodes: o.Cluster.Nodes.Count,
-		Engine: o.Cluster.Nodes.Engine, Workload: o.Workload.Name, SLOms: ms(o.SLO), Quick: o.Quick}
+		Engine: o.Cluster.Nodes.Engine, ProxyConfig: o.Cluster.Proxy.Config, Workload: o.Workload.Name, SLOms: ms(o.SLO), Quick: o.Quick}
 	if o.Cluster.Emulated() {
 		rep.CostProfile = o.Cluster.Nodes.CostProfile
 	}

@@ -41,7 +41,11 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "- command: `%s`\n", r.Command)
 	}
 	fmt.Fprintf(&b, "- machine: %s\n", r.Machine)
-	fmt.Fprintf(&b, "- cluster: %d %s nodes (fault injection on), proxy defaults, SLO %.0f ms, workload `%s`\n", r.Nodes, engine, r.SLOms, r.Workload)
+	proxy := "proxy defaults"
+	if r.ProxyConfig != "" {
+		proxy = "proxy defaults under `" + r.ProxyConfig + "`"
+	}
+	fmt.Fprintf(&b, "- cluster: %d %s nodes (fault injection on), %s, SLO %.0f ms, workload `%s`\n", r.Nodes, engine, proxy, r.SLOms, r.Workload)
 	fmt.Fprintf(&b, "- capacity %.2f req/s: %s\n", r.CapacityRPS, r.CapacityMethod)
 	fmt.Fprintf(&b, "- **%d passed, %d failed, %d skipped**\n\n", r.Passed, r.Failed, r.Skipped)
 

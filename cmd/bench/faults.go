@@ -30,6 +30,7 @@ func runFaults(args []string) error {
 	clusterCfg := fs.String("cluster-config", "configs/local.yaml", "cluster config: bin dir, model and node threads (its ports and node count are replaced)")
 	wl := fs.String("workload", defaultCompareWorkload, "workload YAML")
 	seed := fs.Uint64("seed", 0, "first trace and arrival seed (0: the workload's)")
+	proxyCfg := fs.String("proxy-config", "", "proxy YAML over the proxy's defaults (e.g. to turn one mechanism off for a side-by-side run); \"\": the defaults")
 	slo := fs.Duration("slo", 500*time.Millisecond, "SLO: goodput counts within it, and the proxy's default budget")
 	timeout := fs.Duration("timeout", 5*time.Second, "per-request client timeout")
 	capacity := fs.Float64("capacity", 0, "capacity in requests/s; 0 measures it with a closed-loop probe")
@@ -71,8 +72,8 @@ func runFaults(args []string) error {
 	default:
 		return fmt.Errorf("--engine must be emulated or real, got %q", *engine)
 	}
-	// The proxy keeps its own defaults; only the SLO is the suite's.
-	ccfg.Proxy = cluster.Proxy{SLO: *slo}
+	// The proxy keeps its own defaults (or --proxy-config's); only the SLO is the suite's.
+	ccfg.Proxy = cluster.Proxy{SLO: *slo, Config: *proxyCfg}
 	ccfg.LogDir = ".cache/faults"
 	spec, err := workload.Load(*wl)
 	if err != nil {
