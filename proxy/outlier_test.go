@@ -48,17 +48,27 @@ func TestNodeRefusingDeadlinesIsEjected(t *testing.T) {
 	}
 }
 
+// stalledPair is a proxy (hedging off, config changed by tune) over two nodes, the second of which
+// never answers until the test ends.
+func stalledPair(t *testing.T, tune func(*Config)) (*Proxy, *fakenode.Node) {
+	t.Helper()
+	nodes := startNodes(t, 2, fakenode.Options{Coeffs: fastCost})
+	stalled := nodes[1]
+	stalled.SetHang(true)
+	cfg := outlierConfig(nodes.Addrs(), fastCost)
+	cfg.Hedge.Enabled = false
+	tune(&cfg)
+	p, _ := startProxy(t, cfg)
+	// Registered last, so it runs first: the node answers again before the proxy closes.
+	t.Cleanup(func() { stalled.SetHang(false) })
+	return p, stalled
+}
+
 // TestStalledBatchIsRescued: a batch stuck on a stalled node is counted slow once it runs well
 // past its projected finish and is re-sent to another node while the deadline allows, so the
 // request is answered long before its deadline even with hedging off.
 func TestStalledBatchIsRescued(t *testing.T) {
-	nodes := startNodes(t, 2, fakenode.Options{Coeffs: fastCost})
-	stalled := nodes[1]
-	stalled.SetHang(true)
-	defer stalled.SetHang(false)
-	cfg := outlierConfig(nodes.Addrs(), fastCost)
-	cfg.Hedge.Enabled = false
-	p, _ := startProxy(t, cfg)
+	p, stalled := stalledPair(t, func(*Config) {})
 	for i := range 5 {
 		start := time.Now()
 		if _, err := p.Score(context.Background(), makeRequest(8, uint64(i))); err != nil {
@@ -78,16 +88,11 @@ func TestStalledBatchIsRescued(t *testing.T) {
 // (here 100× the projection: past the deadline). Without the rescue every request loses its
 // stalled batch to the 400 ms deadline.
 func TestOverdueBatchIsRescuedBeforeTheDeadline(t *testing.T) {
-	nodes := startNodes(t, 2, fakenode.Options{Coeffs: fastCost})
-	stalled := nodes[1]
-	stalled.SetHang(true)
-	defer stalled.SetHang(false)
-	cfg := outlierConfig(nodes.Addrs(), fastCost)
-	cfg.Hedge.Enabled = false
-	cfg.SLO = 400 * time.Millisecond
-	cfg.Outlier.SlowFactor = 100
-	cfg.Outlier.SlowMin = time.Second
-	p, _ := startProxy(t, cfg)
+	p, stalled := stalledPair(t, func(cfg *Config) {
+		cfg.SLO = 400 * time.Millisecond
+		cfg.Outlier.SlowFactor = 100
+		cfg.Outlier.SlowMin = time.Second
+	})
 	for i := range 5 {
 		start := time.Now()
 		if _, err := p.Score(context.Background(), makeRequest(8, uint64(i))); err != nil {
