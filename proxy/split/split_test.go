@@ -300,3 +300,38 @@ func TestCostUrgentFinishesFirst(t *testing.T) {
 			len(eco), finish(eco), len(urgent), finish(urgent))
 	}
 }
+
+// TestCostKeepsANodesBatchesEqual: when a node gets several batches of one request (2 nodes, at
+// most 4 items a batch, 16 items: 2 batches each), they must share the node's work equally. The
+// node runs them one after another, and a scorer node merges whatever is queued while a pass runs
+// into its next pass, so a long first batch makes the second ride with more of other requests'
+// work. Balancing each batch's own planned completion (its planned start + its cost) instead gave
+// the two batches planned to start at once the 8 longest items (e.g. 144 against 91 ms) and cost
+// cost+least_loaded ~4 points of goodput against fixed chunks at 90 % load
+// (bench/results/split-90/SECTION.md).
+func TestCostKeepsANodesBatchesEqual(t *testing.T) {
+	// The 1-thread node of the fidelity run (bench/results/fidelity-2-xeon/profile.json): 8 ms a
+	// batch, 0.375 ms a token, so the items, not the overhead, decide a batch's cost.
+	profileXeon := costmodel.Coeffs{A: 3.753647984172786e-4, B: 1.8082551292182668e-7, C: 8.108253120868483e-3}
+	r := rand.New(rand.NewPCG(9, 10))
+	for trial := range 50 {
+		items := make([]int, 16)
+		for i := range items {
+			// The compare workload's listings: ~16 tokens, log-normal σ 0.7.
+			items[i] = int(math.Min(300, math.Max(6, 16*math.Exp(0.7*r.NormFloat64()))))
+		}
+		in := split.Input{PrefixTokens: 70, ItemTokens: items, Coeffs: profileXeon, Nodes: make([]split.Node, 2), MaxBatchItems: 4}
+		bs := cost.New().Split(in)
+		checkCover(t, "cost", len(items), 4, bs)
+		if len(bs) != 4 {
+			t.Fatalf("trial %d: %d batches, want 4", trial, len(bs))
+		}
+		// Batches come in planned-start order: the first two start at once (one per node), the
+		// last two after them. The early pair must not carry the late pair's share.
+		early, late := bs[0].Cost+bs[1].Cost, bs[2].Cost+bs[3].Cost
+		if early > 1.25*late {
+			t.Errorf("trial %d: the batches planned first cost %.1f ms, the ones after them %.1f ms (items %v)",
+				trial, 1e3*early, 1e3*late, items)
+		}
+	}
+}
