@@ -6,12 +6,18 @@
 #   bench/fidelity/run.sh emulated OUT  the same trace (same arrival rates) on 2 emulated nodes from OUT/profile.json
 #
 # Needs bin/ (make build). The two halves are separate so that each stays under ten minutes.
+#
+# --fresh-cells: every (configuration, load) cell starts on fresh nodes and a fresh proxy. Without
+# it §11 was biased (bench/results/split-90/SECTION.md): the nodes' prefix caches kept the first
+# configuration's queries for the second, which then computed almost no prefix tokens, and the
+# proxy's score cache answered the 90 % run's replay of the 50 % run's requests without a node
+# (about half of the "90 %" requests).
 set -euo pipefail
 mode=$1 out=$2
 mkdir -p "$out"
 M=models/small-qwen3_moe-seed1
 common=(--nodes 2 --workload configs/workloads/compare.yaml --configs cost+least_loaded,fixed+random
-        --loads 0.5,0.9 --slo 500ms --duration 30s --warmup 5s)
+        --loads 0.5,0.9 --slo 500ms --duration 30s --warmup 5s --fresh-cells)
 case $mode in
 real)
   [ -f "$M/config.json" ] || bin/scorer gen-model --arch qwen3_moe --preset small --seed 1 --out "$M"
