@@ -35,7 +35,7 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 		}),
 		imbalance: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "relevance_proxy_split_imbalance_ratio",
-			Help:    "Max over mean of planned batch completion (backlog + estimated cost); 1 is perfect.",
+			Help:    "Max over mean, over a request's nodes, of when each is projected to finish its last batch of the request (backlog + estimated cost); 1 is perfect.",
 			Buckets: []float64{1, 1.02, 1.05, 1.1, 1.2, 1.3, 1.5, 2, 3, 5},
 		}),
 		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{

@@ -47,7 +47,7 @@ func runCompare(args []string) error {
 	maxBatchItems := fs.Int("max-batch-items", 4, "proxy split.max_batch_items: the chunk size of fixed splitting and the cap of cost splitting")
 	proxyCfg := fs.String("proxy-config", "", "proxy YAML for every configuration (default: written to OUT/proxy.yaml with the cost profile as the proxy's prior and --max-batch-items)")
 	out := fs.String("out", "", "folder for results.json, results.md and plots (default bench/results/compare-<time>)")
-	fresh := fs.Bool("fresh-cells", false, "restart the nodes and the proxy before every cell (configuration × load): each starts with cold prefix and score caches instead of what the earlier cells left")
+	fresh := fs.Bool("fresh-cells", true, "restart the nodes and the proxy before every cell (configuration × load): each starts with cold prefix and score caches. Every cell replays the trace from its start, so with false a later cell finds the earlier cells' requests cached (--fresh-cells=false: faster, for runs without caches)")
 	replot := fs.String("replot", "", "only re-render results.md and the plots of the run in this folder from its results.json")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -265,13 +265,26 @@ func (p *Plan) IdleFinish() float64 {
 	return f
 }
 
-// Imbalance is max/mean of the batches' projected finish: 1 is perfect (and for < 2 batches).
+// Imbalance is max/mean over the plan's nodes of when each is projected to finish its last batch
+// of the request: 1 is perfect (and for < 2 nodes). Per node, not per batch: a node runs its
+// batches one after another, so two batches queued on one node finish apart by construction,
+// and counting them apart would call a plan whose nodes all finish together imbalanced.
 func (p *Plan) Imbalance() float64 {
-	ends := make([]float64, len(p.Batches))
-	for i, b := range p.Batches {
-		if b.Lease != nil {
-			ends[i] = b.Lease.Finish
+	last := map[*cluster.Node]float64{}
+	var order []*cluster.Node
+	for _, b := range p.Batches {
+		if b.Lease == nil {
+			continue
 		}
+		n := b.Lease.Node
+		if _, ok := last[n]; !ok {
+			order = append(order, n)
+		}
+		last[n] = max(last[n], b.Lease.Finish)
+	}
+	ends := make([]float64, len(order))
+	for i, n := range order {
+		ends[i] = last[n]
 	}
 	return split.MaxOverMean(ends)
 }

@@ -243,3 +243,28 @@ func TestPlacePricesOnlyTheQueryOnANodeThatKeepsTemplates(t *testing.T) {
 		t.Errorf("node holding the prefix: %+v, want the items only %+v", got, items)
 	}
 }
+
+// TestImbalanceIsPerNode: two batches queued one after the other on a node finish apart by
+// construction; a plan whose nodes all finish together is balanced, one whose node finishes
+// late is not.
+func TestImbalanceIsPerNode(t *testing.T) {
+	c := startCluster(t, 2)
+	a, b := c.Snapshot()[0], c.Snapshot()[1]
+	type nf struct {
+		n *cluster.Node
+		f float64
+	}
+	plan := func(finishes ...nf) *Plan {
+		p := &Plan{}
+		for _, x := range finishes {
+			p.Batches = append(p.Batches, &Batch{Lease: &Lease{Node: x.n, Finish: x.f}})
+		}
+		return p
+	}
+	if got := plan(nf{a, 0.1}, nf{a, 0.2}, nf{b, 0.1}, nf{b, 0.2}).Imbalance(); math.Abs(got-1) > 1e-9 {
+		t.Errorf("nodes finishing together at 0.2 s: imbalance %.3f, want 1", got)
+	}
+	if got := plan(nf{a, 0.1}, nf{a, 0.3}, nf{b, 0.1}).Imbalance(); math.Abs(got-1.5) > 1e-9 {
+		t.Errorf("nodes finishing at 0.3 and 0.1 s: imbalance %.3f, want 1.5", got)
+	}
+}
