@@ -8,7 +8,7 @@
 # Needs bin/ (make build). The two halves are separate so that each stays under ten minutes.
 #
 # --fresh-cells: every (configuration, load) cell starts on fresh nodes and a fresh proxy. Without
-# it §11 was biased (bench/results/split-90/SECTION.md): the nodes' prefix caches kept the first
+# it §11 was biased (bench/results/README.md §11b): the nodes' prefix caches kept the first
 # configuration's queries for the second, which then computed almost no prefix tokens, and the
 # proxy's score cache answered the 90 % run's replay of the 50 % run's requests without a node
 # (about half of the "90 %" requests).

@@ -308,7 +308,7 @@ func TestCostUrgentFinishesFirst(t *testing.T) {
 // work. Balancing each batch's own planned completion (its planned start + its cost) instead gave
 // the two batches planned to start at once the 8 longest items (e.g. 144 against 91 ms) and cost
 // cost+least_loaded ~4 points of goodput against fixed chunks at 90 % load
-// (bench/results/split-90/SECTION.md).
+// (bench/results/README.md §11b).
 func TestCostKeepsANodesBatchesEqual(t *testing.T) {
 	// The 1-thread node of the fidelity run (bench/results/fidelity-2-xeon/profile.json): 8 ms a
 	// batch, 0.375 ms a token, so the items, not the overhead, decide a batch's cost.

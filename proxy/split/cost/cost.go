@@ -126,7 +126,7 @@ func (*Splitter) Split(in split.Input) []split.Batch {
 	// could only start when it ended. The node's finish is the same either way, but a scorer node
 	// merges the batches queued while a pass runs into its next pass, so the longer the first
 	// batch, the more of other requests' work rides with the rest of this request
-	// (bench/results/split-90/SECTION.md: at most 4 items a batch on 2 nodes, the first two
+	// (bench/results/README.md §11b: at most 4 items a batch on 2 nodes, the first two
 	// batches carried 62 % of a request's work against 53 % for fixed chunks, and cost+least_loaded
 	// had ~4 points less goodput than fixed+least_loaded at 90 % load).
 	nodeEnd := make([]float64, len(nodes))
