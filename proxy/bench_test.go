@@ -12,7 +12,6 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"github.com/relevance-scoring/relevance/prompt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -25,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/relevance-scoring/relevance/prompt"
 	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/internal/fakenode"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"

@@ -3,7 +3,6 @@ package realtest
 import (
 	"context"
 	"fmt"
-	"github.com/relevance-scoring/relevance/prompt"
 	"io"
 	"log/slog"
 	"math"
@@ -14,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/prompt"
 	"github.com/relevance-scoring/relevance/proxy"
 	"github.com/relevance-scoring/relevance/scorer"
 	"github.com/relevance-scoring/relevance/scorer/model"
