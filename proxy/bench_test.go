@@ -24,9 +24,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/relevance-scoring/relevance/prompt"
 	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/internal/fakenode"
+	"github.com/relevance-scoring/relevance/prompt"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 )
 
