@@ -335,3 +335,28 @@ func TestCostKeepsANodesBatchesEqual(t *testing.T) {
 		}
 	}
 }
+
+// TestCostMakesFewerBatchesOnABusyCluster: a batch's overhead costs a busy cluster more than an
+// idle one (it delays everything queued behind it), so the same request is cut into fewer
+// batches when every node has a backlog than when every node is idle — with the same backlog on
+// every node, its own makespan gains nothing from the backlog either way.
+func TestCostMakesFewerBatchesOnABusyCluster(t *testing.T) {
+	profile := costmodel.Coeffs{A: 6.35e-4, B: 4.3e-7, C: 0.0194} // the small model, one thread
+	items := make([]int, 16)
+	for i := range items {
+		items[i] = 20 + i%7
+	}
+	split16 := func(backlog float64) int {
+		nodes := make([]split.Node, 16)
+		for i := range nodes {
+			nodes[i] = split.Node{Backlog: backlog, Scale: 1}
+		}
+		bs := cost.New().Split(split.Input{PrefixTokens: 70, ItemTokens: items, Coeffs: profile, Nodes: nodes, MaxBatchItems: 32})
+		checkCover(t, "busy", len(items), 32, bs)
+		return len(bs)
+	}
+	idle, busy := split16(0), split16(0.3)
+	if busy >= idle {
+		t.Errorf("%d batches with 0.3 s of backlog on every node, %d on idle nodes: want fewer when busy", busy, idle)
+	}
+}
