@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"iter"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -39,6 +40,23 @@ func availableImpls() []implCase {
 		}
 	}
 	return out
+}
+
+// implDTypes yields every available implementation with each weight type it computes: the
+// bf16-dot implementations take bf16 weights only.
+func implDTypes() iter.Seq2[implCase, DType] {
+	return func(yield func(implCase, DType) bool) {
+		for _, c := range availableImpls() {
+			for _, dt := range []DType{F32, BF16} {
+				if c.dot && dt == F32 {
+					continue
+				}
+				if !yield(c, dt) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // useImpl switches to c until the test ends.
@@ -135,39 +153,34 @@ var (
 )
 
 func TestGemmRowsAllImplementations(t *testing.T) {
-	for _, c := range availableImpls() {
-		for _, dt := range []DType{F32, BF16} {
-			if c.dot && dt == F32 {
-				continue
-			}
-			t.Run(c.name+"/"+dt.String(), func(t *testing.T) {
-				useImpl(t, c)
-				tol, act := tolerance(c, dt)
-				rng := rand.New(rand.NewPCG(1, uint64(c.isa)))
-				for _, k := range edgeK {
-					for _, m := range edgeM {
-						for _, n := range edgeN {
-							if k > 64 && (m%6 != 1 || n%16 != 1) && !(m == 12 && n == 32) {
-								continue // big K on the ragged shapes and one whole tile only
-							}
-							if (testing.Short() || raceEnabled) && k > 64 && m*n > 64 {
-								continue
-							}
-							p := newProblem(t, rng, m, n, k, k, dt)
-							dst := make([]float32, m*n)
-							for i := range dst {
-								dst[i] = float32(math.NaN())
-							}
-							gemmRows(dst, n, p.x, k, m, p.w, 0, n, 0, false)
-							p.check(t, dst, n, m, 0, n, tol, act)
-							if t.Failed() {
-								t.Fatalf("stopping at m=%d n=%d k=%d", m, n, k)
-							}
+	for c, dt := range implDTypes() {
+		t.Run(c.name+"/"+dt.String(), func(t *testing.T) {
+			useImpl(t, c)
+			tol, act := tolerance(c, dt)
+			rng := rand.New(rand.NewPCG(1, uint64(c.isa)))
+			for _, k := range edgeK {
+				for _, m := range edgeM {
+					for _, n := range edgeN {
+						if k > 64 && (m%6 != 1 || n%16 != 1) && !(m == 12 && n == 32) {
+							continue // big K on the ragged shapes and one whole tile only
+						}
+						if (testing.Short() || raceEnabled) && k > 64 && m*n > 64 {
+							continue
+						}
+						p := newProblem(t, rng, m, n, k, k, dt)
+						dst := make([]float32, m*n)
+						for i := range dst {
+							dst[i] = float32(math.NaN())
+						}
+						gemmRows(dst, n, p.x, k, m, p.w, 0, n, 0, false)
+						p.check(t, dst, n, m, 0, n, tol, act)
+						if t.Failed() {
+							t.Fatalf("stopping at m=%d n=%d k=%d", m, n, k)
 						}
 					}
 				}
-			})
-		}
+			}
+		})
 	}
 }
 
@@ -193,40 +206,35 @@ func TestGemmRowsSubRanges(t *testing.T) {
 		{name: "tile 64", m: 70, n: 40, k: 33, n0: 5, n1: 40, tileM: 64, extraLdX: 16},
 		{name: "wide n", m: 3, n: 1100, k: 24, n0: 7, n1: 1099},
 	}
-	for _, c := range availableImpls() {
-		for _, dt := range []DType{F32, BF16} {
-			if c.dot && dt == F32 {
-				continue
-			}
-			for _, tc := range tests {
-				t.Run(fmt.Sprintf("%s/%s/%s", c.name, dt, tc.name), func(t *testing.T) {
-					useImpl(t, c)
-					tol, act := tolerance(c, dt)
-					rng := rand.New(rand.NewPCG(2, 3))
-					rows := tc.m
-					if tc.padRows {
-						rows = (tc.m + tc.tileM - 1) / tc.tileM * tc.tileM
+	for c, dt := range implDTypes() {
+		for _, tc := range tests {
+			t.Run(fmt.Sprintf("%s/%s/%s", c.name, dt, tc.name), func(t *testing.T) {
+				useImpl(t, c)
+				tol, act := tolerance(c, dt)
+				rng := rand.New(rand.NewPCG(2, 3))
+				rows := tc.m
+				if tc.padRows {
+					rows = (tc.m + tc.tileM - 1) / tc.tileM * tc.tileM
+				}
+				ldX, ldDst := tc.k+tc.extraLdX, tc.n+tc.extra
+				p := newProblem(t, rng, rows, tc.n, tc.k, ldX, dt)
+				const sentinel = 12345
+				dst := make([]float32, rows*ldDst+tc.extra)
+				for i := range dst {
+					dst[i] = sentinel
+				}
+				gemmRows(dst, ldDst, p.x, ldX, tc.m, p.w, tc.n0, tc.n1, tc.tileM, tc.padRows)
+				p.check(t, dst, ldDst, rows, tc.n0, tc.n1, tol, act)
+				for i := range dst {
+					r, col := i/ldDst, i%ldDst
+					if r < rows && col >= tc.n0 && col < tc.n1 {
+						continue
 					}
-					ldX, ldDst := tc.k+tc.extraLdX, tc.n+tc.extra
-					p := newProblem(t, rng, rows, tc.n, tc.k, ldX, dt)
-					const sentinel = 12345
-					dst := make([]float32, rows*ldDst+tc.extra)
-					for i := range dst {
-						dst[i] = sentinel
+					if dst[i] != sentinel {
+						t.Fatalf("dst[%d] (row %d, column %d) written outside the range: %g", i, r, col, dst[i])
 					}
-					gemmRows(dst, ldDst, p.x, ldX, tc.m, p.w, tc.n0, tc.n1, tc.tileM, tc.padRows)
-					p.check(t, dst, ldDst, rows, tc.n0, tc.n1, tol, act)
-					for i := range dst {
-						r, col := i/ldDst, i%ldDst
-						if r < rows && col >= tc.n0 && col < tc.n1 {
-							continue
-						}
-						if dst[i] != sentinel {
-							t.Fatalf("dst[%d] (row %d, column %d) written outside the range: %g", i, r, col, dst[i])
-						}
-					}
-				})
-			}
+				}
+			})
 		}
 	}
 }
@@ -235,30 +243,25 @@ func TestLinearThreads(t *testing.T) {
 	shapes := []struct{ m, n, k int }{
 		{1, 1, 1}, {1, 2, 512}, {1, 300, 200}, {7, 64, 64}, {12, 1000, 96}, {150, 70, 130}, {500, 40, 33}, {130, 200, 260},
 	}
-	for _, c := range availableImpls() {
-		for _, dt := range []DType{F32, BF16} {
-			if c.dot && dt == F32 {
-				continue
-			}
-			for _, threads := range []int{1, 2, 3} {
-				t.Run(fmt.Sprintf("%s/%s/t%d", c.name, dt, threads), func(t *testing.T) {
-					useImpl(t, c)
-					prev := Threads()
-					SetThreads(threads)
-					t.Cleanup(func() { SetThreads(prev) })
-					tol, act := tolerance(c, dt)
-					rng := rand.New(rand.NewPCG(4, uint64(threads)))
-					for _, s := range shapes {
-						if raceEnabled && s.m*s.n*s.k > 1<<21 {
-							continue // the race run checks the threading, not every size
-						}
-						p := newProblem(t, rng, s.m, s.n, s.k, s.k, dt)
-						dst := make([]float32, s.m*s.n)
-						Linear(dst, p.x, s.m, p.w)
-						p.check(t, dst, s.n, s.m, 0, s.n, tol, act)
+	for c, dt := range implDTypes() {
+		for _, threads := range []int{1, 2, 3} {
+			t.Run(fmt.Sprintf("%s/%s/t%d", c.name, dt, threads), func(t *testing.T) {
+				useImpl(t, c)
+				prev := Threads()
+				SetThreads(threads)
+				t.Cleanup(func() { SetThreads(prev) })
+				tol, act := tolerance(c, dt)
+				rng := rand.New(rand.NewPCG(4, uint64(threads)))
+				for _, s := range shapes {
+					if raceEnabled && s.m*s.n*s.k > 1<<21 {
+						continue // the race run checks the threading, not every size
 					}
-				})
-			}
+					p := newProblem(t, rng, s.m, s.n, s.k, s.k, dt)
+					dst := make([]float32, s.m*s.n)
+					Linear(dst, p.x, s.m, p.w)
+					p.check(t, dst, s.n, s.m, 0, s.n, tol, act)
+				}
+			})
 		}
 	}
 }

@@ -29,50 +29,45 @@ func firstBitDiff(a, b []float32) int {
 func TestGemmRowIsIndependentOfItsCall(t *testing.T) {
 	const rowsMax = 40
 	heights := []int{2, 3, 4, 5, 6, 7, 11, 12, 13, 16, 17, 24, 25, 33, rowsMax}
-	for _, c := range availableImpls() {
-		for _, dt := range []DType{F32, BF16} {
-			if c.dot && dt == F32 {
-				continue
-			}
-			t.Run(c.name+"/"+dt.String(), func(t *testing.T) {
-				useImpl(t, c)
-				defer SetThreads(Threads())
-				rng := rand.New(rand.NewPCG(14, uint64(c.isa)))
-				for _, k := range []int{17, 64, 300, 600} {
-					const n = 70 // two whole panels and a ragged one
-					// x has room for the padding rows of a 128-row tile.
-					p := newProblem(t, rng, 128, n, k, k, dt)
-					alone := make([]float32, rowsMax*n)
-					SetThreads(1)
-					for i := range rowsMax {
-						gemmRows(alone[i*n:(i+1)*n], n, p.x[i*k:], k, 1, p.w, 0, n, 0, false)
-					}
-					check := func(what string, got []float32, m int) {
-						t.Helper()
-						if i := firstBitDiff(got[:m*n], alone[:m*n]); i >= 0 {
-							t.Fatalf("k=%d %s: row %d column %d = %v, alone %v", k, what, i/n, i%n, got[i], alone[i])
-						}
-					}
-					dst := make([]float32, 128*n)
-					for _, m := range heights {
-						for _, tileM := range []int{0, 4, 16, 32, 64, 128} {
-							gemmRows(dst, n, p.x, k, m, p.w, 0, n, tileM, tileM > 0)
-							check(fmt.Sprintf("gemmRows m=%d tile=%d", m, tileM), dst, m)
-						}
-						// Column ranges that start inside a panel (the MoE's column-split items).
-						gemmRows(dst, n, p.x, k, m, p.w, 0, 33, 0, false)
-						gemmRows(dst, n, p.x, k, m, p.w, 33, n, 0, false)
-						check(fmt.Sprintf("gemmRows m=%d in two column ranges", m), dst, m)
-						for _, thr := range []int{1, 2, 3} {
-							SetThreads(thr)
-							Linear(dst, p.x, m, p.w)
-							check(fmt.Sprintf("Linear m=%d threads=%d", m, thr), dst, m)
-						}
-						SetThreads(1)
+	for c, dt := range implDTypes() {
+		t.Run(c.name+"/"+dt.String(), func(t *testing.T) {
+			useImpl(t, c)
+			defer SetThreads(Threads())
+			rng := rand.New(rand.NewPCG(14, uint64(c.isa)))
+			for _, k := range []int{17, 64, 300, 600} {
+				const n = 70 // two whole panels and a ragged one
+				// x has room for the padding rows of a 128-row tile.
+				p := newProblem(t, rng, 128, n, k, k, dt)
+				alone := make([]float32, rowsMax*n)
+				SetThreads(1)
+				for i := range rowsMax {
+					gemmRows(alone[i*n:(i+1)*n], n, p.x[i*k:], k, 1, p.w, 0, n, 0, false)
+				}
+				check := func(what string, got []float32, m int) {
+					t.Helper()
+					if i := firstBitDiff(got[:m*n], alone[:m*n]); i >= 0 {
+						t.Fatalf("k=%d %s: row %d column %d = %v, alone %v", k, what, i/n, i%n, got[i], alone[i])
 					}
 				}
-			})
-		}
+				dst := make([]float32, 128*n)
+				for _, m := range heights {
+					for _, tileM := range []int{0, 4, 16, 32, 64, 128} {
+						gemmRows(dst, n, p.x, k, m, p.w, 0, n, tileM, tileM > 0)
+						check(fmt.Sprintf("gemmRows m=%d tile=%d", m, tileM), dst, m)
+					}
+					// Column ranges that start inside a panel (the MoE's column-split items).
+					gemmRows(dst, n, p.x, k, m, p.w, 0, 33, 0, false)
+					gemmRows(dst, n, p.x, k, m, p.w, 33, n, 0, false)
+					check(fmt.Sprintf("gemmRows m=%d in two column ranges", m), dst, m)
+					for _, thr := range []int{1, 2, 3} {
+						SetThreads(thr)
+						Linear(dst, p.x, m, p.w)
+						check(fmt.Sprintf("Linear m=%d threads=%d", m, thr), dst, m)
+					}
+					SetThreads(1)
+				}
+			}
+		})
 	}
 }
 
@@ -83,59 +78,54 @@ func TestGemmRowIsIndependentOfItsCall(t *testing.T) {
 func TestMoETokenIsIndependentOfBatch(t *testing.T) {
 	defer SetThreads(Threads())
 	const hidden, inter, nE, topK, nTok = 48, 40, 6, 2, 37
-	for _, c := range availableImpls() {
-		for _, dt := range []DType{F32, BF16} {
-			if c.dot && dt == F32 {
-				continue
-			}
-			t.Run(c.name+"/"+dt.String(), func(t *testing.T) {
-				useImpl(t, c)
-				rng := rand.New(rand.NewPCG(14, 5))
-				experts := randExperts(t, rng, nE, hidden, inter, dt)
-				x := randVec(rng, nTok*hidden)
-				// Each token to topK distinct experts, skewed so that expert counts vary (1 to ~20).
-				rt := &Routing{Tokens: make([][]int32, nE), Weights: make([][]float32, nE)}
-				for tok := range nTok {
-					perm := rng.Perm(nE)
-					if tok%3 == 0 {
-						perm[0], perm[1] = 0, 1
-					}
-					for _, e := range perm[:topK] {
-						rt.Tokens[e] = append(rt.Tokens[e], int32(tok))
-						rt.Weights[e] = append(rt.Weights[e], rng.Float32())
-					}
+	for c, dt := range implDTypes() {
+		t.Run(c.name+"/"+dt.String(), func(t *testing.T) {
+			useImpl(t, c)
+			rng := rand.New(rand.NewPCG(14, 5))
+			experts := randExperts(t, rng, nE, hidden, inter, dt)
+			x := randVec(rng, nTok*hidden)
+			// Each token to topK distinct experts, skewed so that expert counts vary (1 to ~20).
+			rt := &Routing{Tokens: make([][]int32, nE), Weights: make([][]float32, nE)}
+			for tok := range nTok {
+				perm := rng.Perm(nE)
+				if tok%3 == 0 {
+					perm[0], perm[1] = 0, 1
 				}
-				exact := NewMoERunner(MoEPolicy{Kind: PolicyFixed, Variant: VariantExact})
-				SetThreads(1)
-				alone := make([]float32, nTok*hidden)
-				for tok := range nTok {
-					one := &Routing{Tokens: make([][]int32, nE), Weights: make([][]float32, nE)}
-					for e := range nE {
-						for j, tt := range rt.Tokens[e] {
-							if int(tt) == tok {
-								one.Tokens[e] = append(one.Tokens[e], 0)
-								one.Weights[e] = append(one.Weights[e], rt.Weights[e][j])
-							}
+				for _, e := range perm[:topK] {
+					rt.Tokens[e] = append(rt.Tokens[e], int32(tok))
+					rt.Weights[e] = append(rt.Weights[e], rng.Float32())
+				}
+			}
+			exact := NewMoERunner(MoEPolicy{Kind: PolicyFixed, Variant: VariantExact})
+			SetThreads(1)
+			alone := make([]float32, nTok*hidden)
+			for tok := range nTok {
+				one := &Routing{Tokens: make([][]int32, nE), Weights: make([][]float32, nE)}
+				for e := range nE {
+					for j, tt := range rt.Tokens[e] {
+						if int(tt) == tok {
+							one.Tokens[e] = append(one.Tokens[e], 0)
+							one.Weights[e] = append(one.Weights[e], rt.Weights[e][j])
 						}
 					}
-					if _, err := exact.Run(alone[tok*hidden:(tok+1)*hidden], x[tok*hidden:(tok+1)*hidden], hidden, experts, one); err != nil {
+				}
+				if _, err := exact.Run(alone[tok*hidden:(tok+1)*hidden], x[tok*hidden:(tok+1)*hidden], hidden, experts, one); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, v := range MoEVariants() {
+				for _, thr := range []int{1, 2} {
+					SetThreads(thr)
+					got := make([]float32, nTok*hidden)
+					if _, err := exact.RunVariant(v, got, x, hidden, experts, rt); err != nil {
 						t.Fatal(err)
 					}
-				}
-				for _, v := range MoEVariants() {
-					for _, thr := range []int{1, 2} {
-						SetThreads(thr)
-						got := make([]float32, nTok*hidden)
-						if _, err := exact.RunVariant(v, got, x, hidden, experts, rt); err != nil {
-							t.Fatal(err)
-						}
-						if i := firstBitDiff(got, alone); i >= 0 {
-							t.Fatalf("%s, %d threads: token %d value %d = %v, alone %v", v, thr, i/hidden, i%hidden, got[i], alone[i])
-						}
+					if i := firstBitDiff(got, alone); i >= 0 {
+						t.Fatalf("%s, %d threads: token %d value %d = %v, alone %v", v, thr, i/hidden, i%hidden, got[i], alone[i])
 					}
 				}
-			})
-		}
+			}
+		})
 	}
 }
 
