@@ -23,6 +23,7 @@
 package cost
 
 import (
+	"cmp"
 	"math"
 	"slices"
 
@@ -121,15 +122,7 @@ func (*Splitter) Split(in split.Input) []split.Batch {
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(x, y int) int {
-		switch {
-		case costs[x] > costs[y]:
-			return -1
-		case costs[x] < costs[y]:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(costs[y], costs[x]) }) // costliest first
 	// LPT over nodes, then the least-loaded open bin of the chosen node. A node runs its batches
 	// one after another, so what is balanced is each node's finish, and a node's bins are kept
 	// equal. Balancing each bin's own planned completion instead (a planned start of
@@ -141,10 +134,7 @@ func (*Splitter) Split(in split.Input) []split.Batch {
 	// (bench/results/README.md §11b: at most 4 items a batch on 2 nodes, the first two
 	// batches carried 62 % of a request's work against 53 % for fixed chunks, and cost+least_loaded
 	// had ~4 points less goodput than fixed+least_loaded at 90 % load).
-	nodeEnd := make([]float64, len(nodes))
-	for j, nd := range nodes {
-		nodeEnd[j] = backlogOf(nd)
-	}
+	nodeEnd := backlogs(nodes)
 	for _, b := range bins {
 		nodeEnd[b.node] += b.scale * over
 	}
@@ -170,21 +160,9 @@ func (*Splitter) Split(in split.Input) []split.Batch {
 	// rides with the rest of this request. A batch's start is its node's backlog plus the
 	// batches before it there.
 	slices.SortStableFunc(bins, func(x, y bin) int {
-		if x.node != y.node {
-			return x.node - y.node
-		}
-		switch {
-		case x.load < y.load:
-			return -1
-		case x.load > y.load:
-			return 1
-		}
-		return 0
+		return cmp.Or(cmp.Compare(x.node, y.node), cmp.Compare(x.load, y.load))
 	})
-	next := make([]float64, len(nodes))
-	for j, nd := range nodes {
-		next[j] = backlogOf(nd)
-	}
+	next := backlogs(nodes)
 	out := make([]split.Batch, 0, len(bins))
 	for _, b := range bins {
 		if len(b.items) == 0 {
@@ -194,15 +172,7 @@ func (*Splitter) Split(in split.Input) []split.Batch {
 		out = append(out, split.Batch{Items: b.items, Cost: over + b.load, Start: next[b.node]})
 		next[b.node] += b.scale * (over + b.load)
 	}
-	slices.SortStableFunc(out, func(x, y split.Batch) int {
-		switch {
-		case x.Start < y.Start:
-			return -1
-		case x.Start > y.Start:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(out, func(x, y split.Batch) int { return cmp.Compare(x.Start, y.Start) })
 	return out
 }
 
@@ -211,11 +181,8 @@ func (*Splitter) Split(in split.Input) []split.Batch {
 // continuously over those batches: node j with m_j batches and backlog B_j takes
 // max(0, (T − B_j)/s_j − m_j·o) of work, and T solves Σ_j of that = W.
 func place(nodes []split.Node, k int, c, w, o float64) ([]bin, float64) {
-	free := make([]float64, len(nodes))
+	free := backlogs(nodes)
 	count := make([]int, len(nodes))
-	for j, nd := range nodes {
-		free[j] = backlogOf(nd)
-	}
 	for range k {
 		best := 0
 		var bestEnd float64
@@ -278,6 +245,15 @@ func scaleOf(n split.Node) float64 {
 		return math.Min(n.Scale, maxSeconds)
 	}
 	return 1 // zero, negative or NaN
+}
+
+// backlogs is every node's backlogOf, by index.
+func backlogs(nodes []split.Node) []float64 {
+	out := make([]float64, len(nodes))
+	for j, nd := range nodes {
+		out[j] = backlogOf(nd)
+	}
+	return out
 }
 
 // backlogOf is the node's backlog made safe to compute with: NaN or negative is 0, +Inf is
