@@ -74,7 +74,19 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 			Help: "Requests rejected at admission, by reason (overload: the backlog makes the deadline unreachable; deadline: even idle nodes could not make it).",
 		}, []string{"reason"}),
 	}
-	cs := []prometheus.Collector{m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.requestRatio, m.rejected, p.cluster.Collector()}
+	// The margin admission multiplies every plan's projected finish by now (admission.margin_quantile
+	// of recent batches' error; 1 while too few were seen): what an operator reads to see why
+	// requests are refused while the nodes have time.
+	margin := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "relevance_proxy_admission_margin",
+		Help: "The factor admission multiplies a plan's projected finish by before comparing it with the budget (the margin_quantile of recent batches' latency over projected finish; 1 while too few batches were seen).",
+	}, func() float64 {
+		if p.admitter == nil {
+			return 1
+		}
+		return p.admitter.Margin()
+	})
+	cs := []prometheus.Collector{m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.requestRatio, m.rejected, margin, p.cluster.Collector()}
 	if c := p.cache; c != nil {
 		counter := func(name, help string, v func(scorecache.Stats) uint64) prometheus.Collector {
 			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(c.Stats())) })
