@@ -119,3 +119,36 @@ func TestAdmitMarginFromMeasuredError(t *testing.T) {
 		t.Errorf("0.6 s in 0.7 s: %v", err)
 	}
 }
+
+// TestAdmitMarginRisesWithRefusals: while admission refuses nothing, the margin is the lower
+// quantile of the measured error (a borderline request is worth trying); once a tenth of recent
+// requests are refused (overload) it is the higher one, and it falls back as requests are
+// admitted again.
+func TestAdmitMarginRisesWithRefusals(t *testing.T) {
+	var acc plan.Accuracy
+	for i := range 128 {
+		acc.Add(1 + float64(i)/128) // errors 1.000 … 1.992
+	}
+	a := New(Config{Headroom: 1, MinSamples: 10, MarginQuantile: 0.5, OverloadMarginQuantile: 0.99}, &acc, nil)
+	if m := a.Margin(); math.Abs(m-(1+63./128)) > 1e-9 {
+		t.Fatalf("no refusals yet: margin %v, want the median error 1.49", m)
+	}
+	busy := planOf(10, bt{new(cluster.Node), 0, 0.4})
+	for range 64 {
+		if err := a.Admit(busy, 500*time.Millisecond); err != nil {
+			a.Count(err)
+		}
+	}
+	if m := a.Margin(); math.Abs(m-(1+126./128)) > 1e-9 {
+		t.Errorf("after refusing every request: margin %v (refusal share %.2f), want the 0.99 quantile 1.98", m, a.RefusalShare())
+	}
+	light := planOf(10, bt{new(cluster.Node), 0, 0.1})
+	for range 256 {
+		if err := a.Admit(light, 500*time.Millisecond); err != nil {
+			t.Fatalf("0.1 s projected in 0.5 s: %v", err)
+		}
+	}
+	if m := a.Margin(); m > 1.5 {
+		t.Errorf("after 256 admissions: margin %v (refusal share %.3f), want back near the median", m, a.RefusalShare())
+	}
+}
