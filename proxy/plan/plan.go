@@ -347,17 +347,6 @@ func (pl *Planner) Urgent(req *relevancev1.ScoreRequest, reqID, fingerprint stri
 	return pl.plan(req, reqID, fingerprint, true)
 }
 
-// templateKept is the template's tokens when every candidate keeps templates (the split then
-// prices a batch's prefix as such a node computes it: the rest after the template), else 0.
-func templateKept(tmpl int, cands []*cluster.Node) int {
-	for _, n := range cands {
-		if !n.KeepsTemplates() {
-			return 0
-		}
-	}
-	return tmpl
-}
-
 func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string, urgent bool) *Plan {
 	start := time.Now()
 	prefix := pl.counter.Prefix(req.GetInstruction(), req.GetQuery())
@@ -378,7 +367,6 @@ func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string
 	ref := cluster.MeanCoeffs(cands)
 	in := split.Input{
 		PrefixTokens:       prefix,
-		TemplateTokens:     templateKept(tmpl, cands),
 		ItemTokens:         toks,
 		Coeffs:             ref,
 		Nodes:              make([]split.Node, len(cands)),

@@ -268,30 +268,3 @@ func TestImbalanceIsPerNode(t *testing.T) {
 		t.Errorf("nodes finishing at 0.3 and 0.1 s: imbalance %.3f, want 1.5", got)
 	}
 }
-
-// The split prices a batch's prefix as the rest after the template only when every candidate
-// keeps templates: a batch may land on any of them, and one that computes whole prefixes would
-// pay all of it.
-func TestSplitCountsTheTemplateOnlyWhenEveryCandidateKeepsIt(t *testing.T) {
-	c := startCluster(t, 2)
-	a, b := c.Snapshot()[0], c.Snapshot()[1]
-	keeps := func(n *cluster.Node) {
-		n.Observe(&relevancev1.ScoreBatchResponse{
-			Scores: []*relevancev1.ItemScore{{Index: 0, Tokens: 20}},
-			Usage:  &relevancev1.Usage{PrefixTokens: 10},
-			Stats:  &relevancev1.BatchStats{ComputeSeconds: 0.05, PrefixTokens: 70},
-		}, time.Now())
-	}
-	nodes := []*cluster.Node{a, b}
-	if got := templateKept(60, nodes); got != 0 {
-		t.Errorf("no node keeps templates: %d template tokens, want 0", got)
-	}
-	keeps(a)
-	if got := templateKept(60, nodes); got != 0 {
-		t.Errorf("one of two nodes keeps templates: %d template tokens, want 0", got)
-	}
-	keeps(b)
-	if got := templateKept(60, nodes); got != 60 {
-		t.Errorf("both nodes keep templates: %d template tokens, want 60", got)
-	}
-}

@@ -27,11 +27,6 @@ type Node struct {
 type Input struct {
 	// PrefixTokens is the shared prefix (template, instruction, query): paid once per batch.
 	PrefixTokens int
-	// TemplateTokens are the prefix's leading tokens (template head and instruction) that the
-	// nodes keep computed once per instruction (0: none, or nodes that do not keep templates):
-	// a batch then pays only the prefix's rest, attending them (results §12b: 60 of a 68-token
-	// prefix).
-	TemplateTokens int
 	// ItemTokens holds each item's own tokens, in input order.
 	ItemTokens []int
 	// Coeffs is the reference cost model (e.g. the mean of the nodes' learned coefficients).
@@ -77,14 +72,7 @@ func ItemCost(c costmodel.Coeffs, prefix, l int) float64 {
 }
 
 // BatchOverhead is what every batch pays besides its items: the prefix once and the fixed cost.
-// When the nodes keep the template (the first template tokens of the prefix, 0 < template <
-// prefix), the prefix costs only its rest, attending the template, as the node charges its own
-// passes (scorer.Group.Features): counting the whole prefix overstated a batch's overhead
-// about eightfold on the compare workload and kept the cost splitter's batches too few.
-func BatchOverhead(c costmodel.Coeffs, prefix, template int) float64 {
-	if template > 0 && template < prefix {
-		return c.Seconds(costmodel.ItemFeatures(template, prefix-template)) + c.C
-	}
+func BatchOverhead(c costmodel.Coeffs, prefix int) float64 {
 	return c.Seconds(costmodel.PrefixFeatures(prefix)) + c.C
 }
 

@@ -64,7 +64,6 @@ func TestProperties(t *testing.T) {
 		}
 		in := split.Input{
 			PrefixTokens:       r.IntN(200),
-			TemplateTokens:     r.IntN(100) * r.IntN(2),
 			ItemTokens:         heavyTailed(r, n),
 			Coeffs:             coeffs,
 			Nodes:              nodes,
@@ -78,7 +77,7 @@ func TestProperties(t *testing.T) {
 			for _, b := range bs {
 				sum += b.Cost
 			}
-			want := float64(len(bs)) * split.BatchOverhead(coeffs, in.PrefixTokens, in.TemplateTokens)
+			want := float64(len(bs)) * split.BatchOverhead(coeffs, in.PrefixTokens)
 			for _, l := range in.ItemTokens {
 				want += split.ItemCost(coeffs, in.PrefixTokens, l)
 			}
@@ -359,38 +358,5 @@ func TestCostMakesFewerBatchesOnABusyCluster(t *testing.T) {
 	idle, busy := split16(0), split16(0.3)
 	if busy >= idle {
 		t.Errorf("%d batches with 0.3 s of backlog on every node, %d on idle nodes: want fewer when busy", busy, idle)
-	}
-}
-
-// On nodes that keep the template, a batch's prefix costs only the tokens after it, so the same
-// request is cut into more, smaller batches, each priced at that smaller overhead (a batch's cost
-// is its items plus the prefix's rest, not the whole prefix again).
-func TestCostSplitsFinerWhenNodesKeepTheTemplate(t *testing.T) {
-	profile := costmodel.Coeffs{A: 7.57e-4, B: 1.37e-6} // this VM's small model, one thread (no per-batch term)
-	items := make([]int, 16)
-	for i := range items {
-		items[i] = 14 + i%5
-	}
-	nodes := make([]split.Node, 8)
-	for i := range nodes {
-		nodes[i] = split.Node{Scale: 1}
-	}
-	in := split.Input{PrefixTokens: 68, ItemTokens: items, Coeffs: profile, Nodes: nodes, MaxBatchItems: 16}
-	whole := cost.New().Split(in)
-	in.TemplateTokens = 60
-	kept := cost.New().Split(in)
-	checkCover(t, "kept", len(items), 16, kept)
-	if len(kept) <= len(whole) {
-		t.Errorf("%d batches when the nodes keep a 60-token template, %d when they compute all 68 prefix tokens: want more", len(kept), len(whole))
-	}
-	rest := profile.Seconds(costmodel.ItemFeatures(60, 8))
-	for _, b := range kept {
-		want := rest
-		for _, i := range b.Items {
-			want += split.ItemCost(profile, 68, items[i])
-		}
-		if math.Abs(b.Cost-want) > 1e-12 {
-			t.Fatalf("batch %v costs %v, want %v (items + the prefix's 8 tokens after the template)", b.Items, b.Cost, want)
-		}
 	}
 }

@@ -1,8 +1,7 @@
 // Package cost is the cost-balanced splitting strategy.
 //
 // Item i of L_i tokens after a prefix of P tokens costs c_i = a·L_i + b·L_i·(P + L_i/2); every
-// batch also pays o = a·P + b·P²/2 + c (the prefix once and the fixed overhead; on nodes that keep
-// the template of t tokens, only the prefix's rest: a·(P−t) + b·(P−t)·(t + (P−t)/2) + c). With W = Σ c_i,
+// batch also pays o = a·P + b·P²/2 + c (the prefix once and the fixed overhead). With W = Σ c_i,
 // k batches of cost W/k + o are placed greedily on the nodes (each to the node that would finish
 // it first, counting its backlog and relative speed), the work is then spread over them so that
 // all finish together (a node behind a backlog gets less), and k is the one with the least
@@ -60,7 +59,7 @@ func (*Splitter) Split(in split.Input) []split.Batch {
 		costs[i] = split.ItemCost(in.Coeffs, in.PrefixTokens, l)
 		total += costs[i]
 	}
-	over := split.BatchOverhead(in.Coeffs, in.PrefixTokens, in.TemplateTokens)
+	over := split.BatchOverhead(in.Coeffs, in.PrefixTokens)
 	nodes := in.Nodes
 	if len(nodes) == 0 {
 		nodes = []split.Node{{}}

@@ -25,7 +25,7 @@ func (*Splitter) Split(in split.Input) []split.Batch {
 		m = DefaultBatchItems
 	}
 	n := len(in.ItemTokens)
-	over := split.BatchOverhead(in.Coeffs, in.PrefixTokens, in.TemplateTokens)
+	over := split.BatchOverhead(in.Coeffs, in.PrefixTokens)
 	out := make([]split.Batch, 0, (n+m-1)/m)
 	for lo := 0; lo < n; lo += m {
 		hi := min(lo+m, n)
