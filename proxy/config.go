@@ -138,11 +138,12 @@ type AdmissionConfig struct {
 	MinSamples int `yaml:"min_samples" json:"min_samples"`
 	// MarginQuantile: projections are stretched by this quantile of recent requests' observed
 	// time ÷ projected finish (their measured error) before admission compares them with the
-	// budget, while admission refuses almost nothing; 0 turns the margin off. Default 0.9.
+	// budget, while plans fit their budgets; 0 turns the margin off. Default 0.9.
 	MarginQuantile float64 `yaml:"margin_quantile" json:"margin_quantile"`
-	// OverloadMarginQuantile is the quantile once a tenth of recent requests are refused
-	// (interpolated in between): under overload every admitted request is borderline and one
-	// that runs late took another's capacity. ≤ MarginQuantile: MarginQuantile always. Default 0.99.
+	// OverloadMarginQuantile is the quantile once a tenth of recent plans are projected past their
+	// budget even without a margin (interpolated in between): under overload every admitted
+	// request is borderline and one that runs late took another's capacity. ≤ MarginQuantile:
+	// MarginQuantile always. Default 0.99.
 	OverloadMarginQuantile float64 `yaml:"overload_margin_quantile" json:"overload_margin_quantile"`
 	// Replan: before refusing a request, plan it for the earliest finish (more, smaller batches)
 	// and admit that plan if it fits within ReplanFit of the budget. Default on, with ReplanFit

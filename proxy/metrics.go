@@ -79,7 +79,7 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 	// refused while the nodes have time.
 	margin := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "relevance_proxy_admission_margin",
-		Help: "The factor admission multiplies a plan's projected finish by before comparing it with the budget (a quantile of recent requests' time over projected finish, margin_quantile rising to overload_margin_quantile as refusals grow; 1 while too few requests were seen).",
+		Help: "The factor admission multiplies a plan's projected finish by before comparing it with the budget (a quantile of recent requests' time over projected finish, margin_quantile rising to overload_margin_quantile as plans overrun their budgets; 1 while too few requests were seen).",
 	}, func() float64 {
 		if p.admitter == nil {
 			return 1

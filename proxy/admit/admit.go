@@ -13,12 +13,14 @@
 // so that what is admitted finishes in time as often as the projections are right, not merely on
 // average.
 //
-// Which quantile: MarginQuantile while the proxy admits nearly everything, rising to
-// OverloadMarginQuantile as the share of recent requests it refuses reaches overloadShare. A
-// refusal is a certain failure for its caller, and while the cluster has spare time an admitted
-// request that runs late costs nobody else anything, so a borderline request is worth trying;
-// under overload every admitted request is borderline and each one that runs late took the
-// capacity another would have finished with, so admission must be sure. (A margin from single
+// Which quantile: MarginQuantile while plans fit, rising to OverloadMarginQuantile as the share of
+// recent plans projected past their budget even without a margin reaches overloadShare. A refusal
+// is a certain failure for its caller, and while the cluster has spare time an admitted request
+// that runs late costs nobody else anything, so a borderline request is worth trying; under
+// overload every admitted request is borderline and each one that runs late took the capacity
+// another would have finished with, so admission must be sure. (The signal is the plans' own
+// overrun, not the refusals: refusals caused by the margin would raise the margin that caused
+// them — with a slow node in the cluster that loop refused 120 of 429 requests in the fault suite.) (A margin from single
 // batches' error was the measure before: short batches' fixed delays made it 2.3 on two real
 // nodes where whole requests' q0.9 was ≤ 1.5, and 12 % of requests were refused at half load;
 // results §14.)
@@ -29,7 +31,7 @@
 // Projections are trusted only once every candidate node has learned its cost model from
 // MinSamples replies: before that, everything is admitted.
 //
-// An Admitter is safe for concurrent use; its only state is the recent refusal share. Admission
+// An Admitter is safe for concurrent use; its only state is the recent overrun share. Admission
 // reads the plan; it places nothing.
 package admit
 
@@ -69,26 +71,27 @@ type Config struct {
 	// MarginQuantile is the quantile of the projections' error used as the margin while
 	// admission refuses almost nothing (0: no margin).
 	MarginQuantile float64
-	// OverloadMarginQuantile is the quantile used once overloadShare of recent requests are
-	// refused (in between, interpolated); ≤ MarginQuantile: MarginQuantile always.
+	// OverloadMarginQuantile is the quantile used once overloadShare of recent plans are
+	// projected past their budget without a margin (in between, interpolated); ≤ MarginQuantile:
+	// MarginQuantile always.
 	OverloadMarginQuantile float64
 }
 
-// overloadShare is the share of recent admission decisions refused at which the cluster counts as
-// overloaded (the margin's quantile is then OverloadMarginQuantile). At 70 % load the fault
-// suite's refusals were ≤ 1 %; under 2× overload 38–44 %.
+// overloadShare is the share of recent plans projected past their budget (before any margin) at
+// which the cluster counts as overloaded: the margin's quantile is then OverloadMarginQuantile.
+// At 70 % load the fault suite refused ≤ 1 % of requests; under 2× overload 38–44 %.
 const overloadShare = 0.1
 
-// refusalMemory is how many recent decisions the refusal share averages over (an exponential
-// moving average with weight 1/refusalMemory).
-const refusalMemory = 32
+// overrunMemory is how many recent plans the overrun share averages over (an exponential moving
+// average with weight 1/overrunMemory).
+const overrunMemory = 32
 
 // Admitter applies the rule.
 type Admitter struct {
 	cfg      Config
 	acc      *plan.Accuracy
 	rejected *prometheus.CounterVec
-	refusals atomic.Uint64 // float64 bits: moving share of recent decisions that refused
+	overruns atomic.Uint64 // float64 bits: moving share of recent plans projected past their budget
 }
 
 // New returns an admitter whose margin comes from acc, fed with whole requests' time ÷ projected
@@ -115,23 +118,23 @@ func (a *Admitter) Quantile() float64 {
 	if !(hi > lo) {
 		return lo
 	}
-	return lo + (hi-lo)*min(1, a.RefusalShare()/overloadShare)
+	return lo + (hi-lo)*min(1, a.OverrunShare()/overloadShare)
 }
 
-// RefusalShare is the moving share of recent admission decisions that refused the request.
-func (a *Admitter) RefusalShare() float64 { return math.Float64frombits(a.refusals.Load()) }
+// OverrunShare is the moving share of recent plans projected past their budget without a margin.
+func (a *Admitter) OverrunShare() float64 { return math.Float64frombits(a.overruns.Load()) }
 
-// decided folds one final decision into the refusal share.
-func (a *Admitter) decided(refused bool) {
+// planned folds one plan's overrun (projected finish past the budget, no margin) into the share.
+func (a *Admitter) planned(overrun bool) {
 	x := 0.0
-	if refused {
+	if overrun {
 		x = 1
 	}
 	for {
-		old := a.refusals.Load()
+		old := a.overruns.Load()
 		v := math.Float64frombits(old)
-		v += (x - v) / refusalMemory
-		if a.refusals.CompareAndSwap(old, math.Float64bits(v)) {
+		v += (x - v) / overrunMemory
+		if a.overruns.CompareAndSwap(old, math.Float64bits(v)) {
 			return
 		}
 	}
@@ -145,9 +148,9 @@ func (a *Admitter) Admit(p *plan.Plan, budget time.Duration) error {
 	}
 	allowed := a.cfg.Headroom * budget.Seconds()
 	m := a.Margin()
+	a.planned(p.Finish() > allowed)
 	busy := m * p.Finish()
 	if busy <= allowed {
-		a.decided(false)
 		return nil
 	}
 	reason, retry := ReasonOverload, busy-allowed
@@ -176,12 +179,7 @@ func (r *Rejection) GRPCStatus() *status.Status { return status.Convert(r.err) }
 
 // Count records a rejection that stands (relevance_proxy_rejected_total{reason}).
 func (a *Admitter) Count(err error) {
-	r, ok := err.(*Rejection)
-	if !ok {
-		return
-	}
-	a.decided(true)
-	if a.rejected != nil {
+	if r, ok := err.(*Rejection); ok && a.rejected != nil {
 		a.rejected.WithLabelValues(r.reason).Inc()
 	}
 }

@@ -120,11 +120,12 @@ func TestAdmitMarginFromMeasuredError(t *testing.T) {
 	}
 }
 
-// TestAdmitMarginRisesWithRefusals: while admission refuses nothing, the margin is the lower
+// TestAdmitMarginRisesWithOverruns: while plans fit their budgets, the margin is the lower
 // quantile of the measured error (a borderline request is worth trying); once a tenth of recent
-// requests are refused (overload) it is the higher one, and it falls back as requests are
-// admitted again.
-func TestAdmitMarginRisesWithRefusals(t *testing.T) {
+// plans are projected past their budget even without a margin (overload) it is the higher one,
+// and it falls back as plans fit again. A plan refused only because of the margin does not count:
+// refusals the margin causes must not raise the margin.
+func TestAdmitMarginRisesWithOverruns(t *testing.T) {
 	var acc plan.Accuracy
 	for i := range 128 {
 		acc.Add(1 + float64(i)/128) // errors 1.000 … 1.992
@@ -133,14 +134,21 @@ func TestAdmitMarginRisesWithRefusals(t *testing.T) {
 	if m := a.Margin(); math.Abs(m-(1+63./128)) > 1e-9 {
 		t.Fatalf("no refusals yet: margin %v, want the median error 1.49", m)
 	}
-	busy := planOf(10, bt{new(cluster.Node), 0, 0.4})
+	borderline := planOf(10, bt{new(cluster.Node), 0, 0.4}) // fits 0.5 s, not with the margin
 	for range 64 {
-		if err := a.Admit(busy, 500*time.Millisecond); err != nil {
-			a.Count(err)
+		if err := a.Admit(borderline, 500*time.Millisecond); err == nil {
+			t.Fatal("0.4 s projected × 1.49 margin in a 0.5 s budget: admitted")
 		}
 	}
+	if m := a.Margin(); math.Abs(m-(1+63./128)) > 1e-9 {
+		t.Errorf("after refusing 64 plans that fit without the margin: margin %v (overrun share %.3f), want still the median 1.49", m, a.OverrunShare())
+	}
+	busy := planOf(10, bt{new(cluster.Node), 0, 0.6})
+	for range 64 {
+		_ = a.Admit(busy, 500*time.Millisecond)
+	}
 	if m := a.Margin(); math.Abs(m-(1+126./128)) > 1e-9 {
-		t.Errorf("after refusing every request: margin %v (refusal share %.2f), want the 0.99 quantile 1.98", m, a.RefusalShare())
+		t.Errorf("after 64 plans past their budget: margin %v (overrun share %.2f), want the 0.99 quantile 1.98", m, a.OverrunShare())
 	}
 	light := planOf(10, bt{new(cluster.Node), 0, 0.1})
 	for range 256 {
@@ -149,6 +157,6 @@ func TestAdmitMarginRisesWithRefusals(t *testing.T) {
 		}
 	}
 	if m := a.Margin(); m > 1.5 {
-		t.Errorf("after 256 admissions: margin %v (refusal share %.3f), want back near the median", m, a.RefusalShare())
+		t.Errorf("after 256 admissions: margin %v (overrun share %.3f), want back near the median", m, a.OverrunShare())
 	}
 }
