@@ -107,6 +107,20 @@ def row_metrics(snap, base, seconds):
         er = delta(m, b, "relevance_proxy_cost_estimate_ratio_count")
         if er > 0:
             out["measured_over_predicted_mean"] = delta(m, b, "relevance_proxy_cost_estimate_ratio_sum") / er
+        for reason in ("overload", "deadline"):
+            out[f"rejected_{reason}"] = delta(m, b, f'relevance_proxy_rejected_total{{reason="{reason}"}}')
+        if "relevance_proxy_admission_margin" in m:
+            out["admission_margin_end"] = m["relevance_proxy_admission_margin"]
+        # Admission's error at the request level: quantiles of time ÷ projected finish, from the
+        # histogram's cumulative buckets (the upper edge of the bucket the quantile falls in).
+        pre = 'relevance_proxy_request_projection_ratio_bucket{le="'
+        buckets = sorted((float(k[len(pre):-2]), delta(m, b, k)) for k in m if k.startswith(pre))
+        total = buckets[-1][1] if buckets else 0
+        out["request_ratio_n"] = total
+        for q in (0.5, 0.9, 0.99):
+            if total > 0:
+                out[f"request_ratio_q{int(q * 100)}"] = next(le for le, c in buckets if c >= q * total)
+        out["rescues"] = delta(m, b, "relevance_proxy_rescues_total")
         out["retries"] = delta(m, b, "relevance_proxy_retries_total")
         out["hedges"] = delta(m, b, "relevance_proxy_hedges_total")
     per = []

@@ -21,17 +21,19 @@ def errs(r):
 
 
 def main(out):
-    rows = []
+    rows, slo = [], set()
     for d in sorted(glob.glob(os.path.join(out, "*"))):
         rj, mj = os.path.join(d, "results.json"), os.path.join(d, "metrics.json")
         if not (os.path.exists(rj) and os.path.exists(mj)):
             continue
         res, met = json.load(open(rj)), json.load(open(mj))
+        slo.add(res.get("slo_ms", 500))
         for r in res["rows"]:
             m = next((x for x in met if x["config"] == r["config"] and abs(x["load"] - r["load"]) < 1e-9), {})
             rows.append((r, m))
     rows.sort(key=lambda x: (x[0]["load"], x[0]["config"]))
-    print("| config | load | n | p50 ms | p99 ms | goodput ≤ 500 ms | errors | batches/req | batches/pass | prefix share | node ms/batch | busy per node |")
+    slo_ms = "/".join("%g" % v for v in sorted(slo)) or "500"
+    print(f"| config | load | n | p50 ms | p99 ms | goodput ≤ {slo_ms} ms | errors | batches/req | batches/pass | prefix share | node ms/batch | busy per node |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r, m in rows:
         busy = " / ".join("%.2f" % b for b in m.get("busy", []) if b is not None)
