@@ -136,15 +136,10 @@ type AdmissionConfig struct {
 	// MinSamples: a node's prediction is trusted for admission only after it has learned from this
 	// many batches (priors may be far off). Default 10.
 	MinSamples int `yaml:"min_samples" json:"min_samples"`
-	// MarginQuantile: projections are stretched by this quantile of recent requests' observed
-	// time ÷ projected finish (their measured error) before admission compares them with the
-	// budget, while plans fit their budgets; 0 turns the margin off. Default 0.9.
+	// MarginQuantile: projections are stretched by this quantile of recent batches' observed
+	// latency ÷ projected finish (their measured error) before admission compares them with the
+	// budget; 0 turns the margin off. Default 0.9.
 	MarginQuantile float64 `yaml:"margin_quantile" json:"margin_quantile"`
-	// OverloadMarginQuantile is the quantile once a tenth of recent plans are projected past their
-	// budget even without a margin (interpolated in between): under overload every admitted
-	// request is borderline and one that runs late took another's capacity. ≤ MarginQuantile:
-	// MarginQuantile always. Default 0.99.
-	OverloadMarginQuantile float64 `yaml:"overload_margin_quantile" json:"overload_margin_quantile"`
 	// Replan: before refusing a request, plan it for the earliest finish (more, smaller batches)
 	// and admit that plan if it fits within ReplanFit of the budget. Default on, with ReplanFit
 	// 0.8: at 70 % load Poisson bursts push the largest requests' economical plans just past the
@@ -250,7 +245,7 @@ func DefaultConfig() Config {
 		Breaker:   BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: 5 * time.Second, HalfOpenProbes: 1},
 		Retry:     RetryConfig{BudgetRatio: 0.1, BudgetBurst: 10, RescueFactor: 1.5, RescueMinLate: 25 * time.Millisecond},
 		Hedge:     HedgeConfig{Quantile: 0.95, MinDelay: 2 * time.Millisecond, MinSamples: 20},
-		Admission: AdmissionConfig{Headroom: 1, MinSamples: 10, MarginQuantile: 0.9, OverloadMarginQuantile: 0.99, Replan: true, ReplanFit: 0.8},
+		Admission: AdmissionConfig{Headroom: 1, MinSamples: 10, MarginQuantile: 0.9, Replan: true, ReplanFit: 0.8},
 		Outlier: OutlierConfig{ConsecutiveSlow: 3, SlowFactor: 3, SlowMin: 50 * time.Millisecond,
 			BaseEjection: time.Second, MaxEjection: 30 * time.Second, MaxEjectionPercent: 10},
 		Cost: CostConfig{
@@ -361,9 +356,6 @@ func (c *Config) Validate() error {
 	}
 	if !(c.Admission.MarginQuantile >= 0 && c.Admission.MarginQuantile < 1) {
 		bad("admission.margin_quantile", "must be in [0, 1)", c.Admission.MarginQuantile)
-	}
-	if !(c.Admission.OverloadMarginQuantile >= 0 && c.Admission.OverloadMarginQuantile < 1) {
-		bad("admission.overload_margin_quantile", "must be in [0, 1)", c.Admission.OverloadMarginQuantile)
 	}
 	if !(c.Admission.ReplanFit > 0 && c.Admission.ReplanFit <= 1) {
 		bad("admission.replan_fit", "must be in (0, 1]", c.Admission.ReplanFit)

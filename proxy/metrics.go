@@ -74,12 +74,12 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 			Help: "Requests rejected at admission, by reason (overload: the backlog makes the deadline unreachable; deadline: even idle nodes could not make it).",
 		}, []string{"reason"}),
 	}
-	// The margin admission multiplies every plan's projected finish by now (a quantile of recent
-	// requests' error; 1 while too few were seen): what an operator reads to see why requests are
-	// refused while the nodes have time.
+	// The margin admission multiplies every plan's projected finish by now (admission.margin_quantile
+	// of recent batches' error; 1 while too few were seen): what an operator reads to see why
+	// requests are refused while the nodes have time.
 	margin := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "relevance_proxy_admission_margin",
-		Help: "The factor admission multiplies a plan's projected finish by before comparing it with the budget (a quantile of recent requests' time over projected finish, margin_quantile rising to overload_margin_quantile as plans overrun their budgets; 1 while too few requests were seen).",
+		Help: "The factor admission multiplies a plan's projected finish by before comparing it with the budget (the margin_quantile of recent batches' latency over projected finish; 1 while too few batches were seen).",
 	}, func() float64 {
 		if p.admitter == nil {
 			return 1

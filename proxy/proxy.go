@@ -45,7 +45,6 @@ type Proxy struct {
 	cluster    *cluster.Cluster
 	planner    *plan.Planner
 	admitter   *admit.Admitter
-	requestAcc *plan.Accuracy // whole requests' time ÷ projected finish (admission's margin)
 	dispatcher *dispatch.Dispatcher
 	cache      *scorecache.Cache // nil: disabled
 }
@@ -99,12 +98,8 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 	placer := plan.NewPlacer(p.cluster, pickers[cfg.Route.Strategy](cfg, route.DefaultRand))
 	p.planner = plan.NewPlanner(plan.Config{MaxBatchItems: cfg.Split.MaxBatchItems, TargetBatchSeconds: cfg.Split.TargetBatchSeconds},
 		counter, splitters[cfg.Split.Strategy](cfg), p.cluster, placer)
-	// Admission's margin is the error of whole requests' projections, the figure it judges by;
-	// hedging keeps the batches' (acc).
-	p.requestAcc = &plan.Accuracy{}
 	p.admitter = admit.New(admit.Config{Disabled: cfg.Admission.Disabled, Headroom: cfg.Admission.Headroom,
-		MinSamples: cfg.Admission.MinSamples, MarginQuantile: cfg.Admission.MarginQuantile,
-		OverloadMarginQuantile: cfg.Admission.OverloadMarginQuantile}, p.requestAcc, p.m.rejected)
+		MinSamples: cfg.Admission.MinSamples, MarginQuantile: cfg.Admission.MarginQuantile}, acc, p.m.rejected)
 	p.dispatcher = dispatch.New(dispatch.Config{
 		RetryDisabled:   cfg.Retry.Disabled,
 		BudgetRatio:     cfg.Retry.BudgetRatio,

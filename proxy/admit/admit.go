@@ -4,41 +4,27 @@
 //
 // Rule. With T = plan.Finish() (the latest projected batch finish: each batch's node load when it
 // was placed plus its predicted cost there; package plan), B the time left to the deadline and m
-// the margin — a quantile of recent requests' observed time ÷ projected finish (plan.Accuracy fed
-// with whole requests: the projections' own measured error where admission uses them, clamped to
-// [0.5, 4]; 1 until MinSamples requests were seen) —
+// the margin — the MarginQuantile of recent batches' observed latency ÷ projected finish
+// (plan.Accuracy: the projections' own measured error, clamped to [0.5, 4]; 1 until MinSamples
+// batches were seen) —
 //
 //	admit  iff  m · T ≤ headroom · B
 //
 // so that what is admitted finishes in time as often as the projections are right, not merely on
 // average.
-//
-// Which quantile: MarginQuantile while plans fit, rising to OverloadMarginQuantile as the share of
-// recent plans projected past their budget even without a margin reaches overloadShare. A refusal
-// is a certain failure for its caller, and while the cluster has spare time an admitted request
-// that runs late costs nobody else anything, so a borderline request is worth trying; under
-// overload every admitted request is borderline and each one that runs late took the capacity
-// another would have finished with, so admission must be sure. (The signal is the plans' own
-// overrun, not the refusals: refusals caused by the margin would raise the margin that caused
-// them — with a slow node in the cluster that loop refused 120 of 429 requests in the fault suite.) (A margin from single
-// batches' error was the measure before: short batches' fixed delays made it 2.3 on two real
-// nodes where whole requests' q0.9 was ≤ 1.5, and 12 % of requests were refused at half load;
-// results §14.)
-//
 // A rejected request is RESOURCE_EXHAUSTED with a RetryInfo delay. Its reason is "deadline" when
 // even idle nodes could not make it (plan.IdleFinish() > headroom · B; retry after the idle time)
 // and "overload" otherwise (retry after T − headroom · B, the backlog that has to drain first).
 // Projections are trusted only once every candidate node has learned its cost model from
 // MinSamples replies: before that, everything is admitted.
 //
-// An Admitter is safe for concurrent use; its only state is the recent overrun share. Admission
-// reads the plan; it places nothing.
+// An Admitter has no state of its own and is safe for concurrent use. Admission reads the plan; it
+// places nothing.
 package admit
 
 import (
 	"fmt"
 	"math"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,34 +54,19 @@ type Config struct {
 	// MinSamples is how many replies every candidate must have learned from before projections
 	// are trusted.
 	MinSamples int
-	// MarginQuantile is the quantile of the projections' error used as the margin while
-	// admission refuses almost nothing (0: no margin).
+	// MarginQuantile is the quantile of the projections' error used as the margin (0: none).
 	MarginQuantile float64
-	// OverloadMarginQuantile is the quantile used once overloadShare of recent plans are
-	// projected past their budget without a margin (in between, interpolated); ≤ MarginQuantile:
-	// MarginQuantile always.
-	OverloadMarginQuantile float64
 }
-
-// overloadShare is the share of recent plans projected past their budget (before any margin) at
-// which the cluster counts as overloaded: the margin's quantile is then OverloadMarginQuantile.
-// At 70 % load the fault suite refused ≤ 1 % of requests; under 2× overload 38–44 %.
-const overloadShare = 0.1
-
-// overrunMemory is how many recent plans the overrun share averages over (an exponential moving
-// average with weight 1/overrunMemory).
-const overrunMemory = 32
 
 // Admitter applies the rule.
 type Admitter struct {
 	cfg      Config
 	acc      *plan.Accuracy
 	rejected *prometheus.CounterVec
-	overruns atomic.Uint64 // float64 bits: moving share of recent plans projected past their budget
 }
 
-// New returns an admitter whose margin comes from acc, fed with whole requests' time ÷ projected
-// finish (nil: no margin), counting rejections in rejected (labels: reason; nil counts nothing).
+// New returns an admitter whose margin comes from acc (nil: no margin), counting rejections in
+// rejected (labels: reason; nil counts nothing).
 func New(cfg Config, acc *plan.Accuracy, rejected *prometheus.CounterVec) *Admitter {
 	return &Admitter{cfg: cfg, acc: acc, rejected: rejected}
 }
@@ -105,39 +76,11 @@ func (a *Admitter) Margin() float64 {
 	if a.acc == nil || !(a.cfg.MarginQuantile > 0) {
 		return 1
 	}
-	q, n := a.acc.Quantile(a.Quantile())
+	q, n := a.acc.Quantile(a.cfg.MarginQuantile)
 	if n < a.cfg.MinSamples || !(q > 0) {
 		return 1
 	}
 	return min(4, max(0.5, q))
-}
-
-// Quantile is the quantile of the projections' error the margin is now (see the package doc).
-func (a *Admitter) Quantile() float64 {
-	lo, hi := a.cfg.MarginQuantile, a.cfg.OverloadMarginQuantile
-	if !(hi > lo) {
-		return lo
-	}
-	return lo + (hi-lo)*min(1, a.OverrunShare()/overloadShare)
-}
-
-// OverrunShare is the moving share of recent plans projected past their budget without a margin.
-func (a *Admitter) OverrunShare() float64 { return math.Float64frombits(a.overruns.Load()) }
-
-// planned folds one plan's overrun (projected finish past the budget, no margin) into the share.
-func (a *Admitter) planned(overrun bool) {
-	x := 0.0
-	if overrun {
-		x = 1
-	}
-	for {
-		old := a.overruns.Load()
-		v := math.Float64frombits(old)
-		v += (x - v) / overrunMemory
-		if a.overruns.CompareAndSwap(old, math.Float64bits(v)) {
-			return
-		}
-	}
 }
 
 // Admit returns nil when p may go ahead with budget seconds left to its deadline, else the
@@ -148,7 +91,6 @@ func (a *Admitter) Admit(p *plan.Plan, budget time.Duration) error {
 	}
 	allowed := a.cfg.Headroom * budget.Seconds()
 	m := a.Margin()
-	a.planned(p.Finish() > allowed)
 	busy := m * p.Finish()
 	if busy <= allowed {
 		return nil
