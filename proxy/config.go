@@ -206,6 +206,13 @@ type CostConfig struct {
 	Prior costmodel.Coeffs `yaml:"prior" json:"prior"`
 	// Forgetting is the learner's per-sample forgetting factor in (0, 1]. Default 0.99.
 	Forgetting float64 `yaml:"forgetting" json:"forgetting"`
+	// WarmSamples: a node that joins, or comes back to traffic (breaker closed again, health
+	// regained), is priced at its trusted peers' mean cost model, blended into its own over its
+	// first WarmSamples replies. Without it a node whose first replies after a fault were slow
+	// looks dearer than its peers, least_loaded never picks it while they keep up, and it never
+	// gets the replies that would correct it. 0: a node's own model from its first reply.
+	// Default 10.
+	WarmSamples int `yaml:"warm_samples" json:"warm_samples"`
 }
 
 // LimitsConfig bounds requests.
@@ -253,8 +260,9 @@ func DefaultConfig() Config {
 			// The calibrated profile of the default `small` model, one thread per node
 			// (bench/results/profile-small-auto.json), until each node's first reply brings the
 			// node's own model; then learned per node from the replies.
-			Prior:      DefaultPrior,
-			Forgetting: 0.99,
+			Prior:       DefaultPrior,
+			Forgetting:  0.99,
+			WarmSamples: 10,
 		},
 		Model:            ModelConfig{Aliases: []string{"rerank"}},
 		Cache:            CacheConfig{BudgetBytes: 64 << 20, TTL: 10 * time.Minute},
@@ -393,6 +401,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.Cost.Forgetting > 0 && c.Cost.Forgetting <= 1) {
 		bad("cost.forgetting", "must be in (0, 1]", c.Cost.Forgetting)
+	}
+	if c.Cost.WarmSamples < 0 {
+		bad("cost.warm_samples", "must be ≥ 0", c.Cost.WarmSamples)
 	}
 	if c.Cache.BudgetBytes < 0 {
 		bad("score_cache.budget_bytes", "must be ≥ 0", c.Cache.BudgetBytes)

@@ -85,8 +85,9 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 			MaxEjection:        cfg.Outlier.MaxEjection,
 			MaxEjectionPercent: cfg.Outlier.MaxEjectionPercent,
 		},
-		Prior:      cfg.Cost.Prior,
-		Forgetting: cfg.Cost.Forgetting,
+		Prior:       cfg.Cost.Prior,
+		Forgetting:  cfg.Cost.Forgetting,
+		WarmSamples: cfg.Cost.WarmSamples,
 	}, log)
 	if cfg.Cache.BudgetBytes > 0 {
 		p.cache = scorecache.New(cfg.Cache.BudgetBytes, cfg.Cache.TTL, nil)

@@ -51,6 +51,9 @@ type Config struct {
 	// Prior is every node's starting cost model; Forgetting the learner's factor in (0, 1].
 	Prior      costmodel.Coeffs
 	Forgetting float64
+	// WarmSamples is how many replies a node that joined or came back learns from before its
+	// own model prices it alone (see Node.Coeffs); 0: from the first.
+	WarmSamples int
 }
 
 // BreakerConfig configures the per-node circuit breakers.
@@ -170,6 +173,7 @@ func (c *Cluster) Snapshot() []*Node { return *c.members.Load() }
 func (c *Cluster) Eligible(exclude []*Node) []*Node {
 	var out, probation []*Node
 	now := time.Now()
+	c.priceWarming()
 	for _, n := range c.Snapshot() {
 		if n.healthy.Load() && n.breaker.State() != gobreaker.StateOpen && !n.Ejected(now) && !slices.Contains(exclude, n) {
 			if n.probation.Load() {
@@ -288,8 +292,11 @@ type NodeStatus struct {
 	Addr    string `json:"addr"`
 	Kind    string `json:"kind"`
 	Healthy bool   `json:"healthy"`
-	// Breaker is "closed", "half-open" or "open".
+	// Breaker is "closed", "half-open" or "open"; BreakerOpened and BreakerHalfOpened count
+	// how many times it entered those states.
 	Breaker             string  `json:"breaker"`
+	BreakerOpened       int64   `json:"breaker_opened"`
+	BreakerHalfOpened   int64   `json:"breaker_half_opened"`
 	InflightCostSeconds float64 `json:"inflight_cost_seconds"`
 	// BacklogSeconds adds the rest of the node's reported backlog to the in-flight cost.
 	BacklogSeconds float64          `json:"backlog_seconds"`
@@ -297,6 +304,9 @@ type NodeStatus struct {
 	// SpeedRatio is the learned speed relative to the prior on a reference batch.
 	SpeedRatio float64 `json:"speed_ratio"`
 	Samples    int64   `json:"samples"`
+	// WarmingSamples is how many more replies the node, back in traffic, is priced with its
+	// peers' mean model blended in (Node.Coeffs); Coefficients are its own either way.
+	WarmingSamples int64 `json:"warming_samples,omitempty"`
 	// Model and Fingerprint are what the node last answered with.
 	Model       string `json:"model,omitempty"`
 	Fingerprint string `json:"model_fingerprint,omitempty"`
@@ -320,10 +330,13 @@ func (c *Cluster) Status() []NodeStatus {
 			Kind:                n.kind,
 			Healthy:             n.healthy.Load(),
 			Breaker:             n.breaker.State().String(),
+			BreakerOpened:       n.transitions[gobreaker.StateOpen].Load(),
+			BreakerHalfOpened:   n.transitions[gobreaker.StateHalfOpen].Load(),
 			InflightCostSeconds: n.inflight.Load(),
 			BacklogSeconds:      n.Load(now),
 			Coefficients:        *n.coeffs.Load(),
-			SpeedRatio:          1 / n.Scale(c.cfg.Prior),
+			SpeedRatio:          1 / n.ownScale(c.cfg.Prior),
+			WarmingSamples:      n.warmingLeft(),
 			Samples:             n.samples.Load(),
 			Model:               deref(n.model.Load()),
 			Fingerprint:         n.Fingerprint(),

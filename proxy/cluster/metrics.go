@@ -28,6 +28,8 @@ var (
 		"1 when the node's grpc.health.v1 status is SERVING.", []string{"node"}, nil)
 	descBreaker = prometheus.NewDesc("relevance_proxy_breaker_state",
 		"Circuit breaker state: 0 closed, 1 half-open, 2 open.", []string{"node"}, nil)
+	descTransitions = prometheus.NewDesc("relevance_proxy_breaker_transitions_total",
+		"Circuit breaker state changes, by the state entered: a breaker that flaps between open and half-open shows here, not in the sampled state gauge.", []string{"node", "to"}, nil)
 	descBatches = prometheus.NewDesc("relevance_proxy_node_batches_total",
 		"Batches the node answered successfully.", []string{"node"}, nil)
 	descErrors = prometheus.NewDesc("relevance_proxy_node_errors_total",
@@ -35,7 +37,7 @@ var (
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInflight, descBacklog, descSpeed, descCoef, descHealthy, descBreaker, descBatches, descErrors} {
+	for _, d := range []*prometheus.Desc{descInflight, descBacklog, descSpeed, descCoef, descHealthy, descBreaker, descTransitions, descBatches, descErrors} {
 		ch <- d
 	}
 }
@@ -50,12 +52,15 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, n.inflight.Load(), n.addr)
 		ch <- prometheus.MustNewConstMetric(descBacklog, prometheus.GaugeValue, n.Load(now), n.addr)
-		ch <- prometheus.MustNewConstMetric(descSpeed, prometheus.GaugeValue, 1/n.Scale(c.c.cfg.Prior), n.addr)
+		ch <- prometheus.MustNewConstMetric(descSpeed, prometheus.GaugeValue, 1/n.ownScale(c.c.cfg.Prior), n.addr)
 		ch <- prometheus.MustNewConstMetric(descCoef, prometheus.GaugeValue, co.A, n.addr, "a")
 		ch <- prometheus.MustNewConstMetric(descCoef, prometheus.GaugeValue, co.B, n.addr, "b")
 		ch <- prometheus.MustNewConstMetric(descCoef, prometheus.GaugeValue, co.C, n.addr, "c")
 		ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, h, n.addr)
 		ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, breakerValue(n.breaker.State()), n.addr)
+		for _, st := range []gobreaker.State{gobreaker.StateClosed, gobreaker.StateHalfOpen, gobreaker.StateOpen} {
+			ch <- prometheus.MustNewConstMetric(descTransitions, prometheus.CounterValue, float64(n.transitions[st].Load()), n.addr, st.String())
+		}
 		ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(n.batches.Load()), n.addr)
 		ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(n.errors.Load()), n.addr)
 	}

@@ -38,15 +38,21 @@ type Node struct {
 	pairSeconds   atomicFloat
 	inflightPairs atomic.Int64
 	breaker       *gobreaker.TwoStepCircuitBreaker[struct{}]
+	transitions   [3]atomic.Int64 // breaker state changes, by the state entered (gobreaker.State)
 
-	healthy     atomic.Bool
-	inflight    atomicFloat  // estimated seconds of this proxy's batches on the node
-	finish      atomicFloat  // projected time (clock seconds) the node is done with them
-	chargeMu    sync.Mutex   // orders charge, uncharge and settle; readers use the atomics
-	calls       atomic.Int64 // this proxy's calls in flight (for draining on removal)
-	ext         atomic.Pointer[extLoad]
-	coeffs      atomic.Pointer[costmodel.Coeffs]
-	samples     atomic.Int64
+	healthy  atomic.Bool
+	inflight atomicFloat  // estimated seconds of this proxy's batches on the node
+	finish   atomicFloat  // projected time (clock seconds) the node is done with them
+	chargeMu sync.Mutex   // orders charge, uncharge and settle; readers use the atomics
+	calls    atomic.Int64 // this proxy's calls in flight (for draining on removal)
+	ext      atomic.Pointer[extLoad]
+	coeffs   atomic.Pointer[costmodel.Coeffs]
+	samples  atomic.Int64
+	// Warm-up pricing (warm.go): samples when the node last (re)joined traffic, how many it
+	// learns from before its own model prices it alone, and its trusted peers' mean model.
+	warmFrom    atomic.Int64
+	warm        int64
+	peer        atomic.Pointer[costmodel.Coeffs]
 	batches     atomic.Int64
 	errors      atomic.Int64
 	lastFailure atomic.Int64 // unix nanoseconds of the last counted failure
@@ -121,6 +127,7 @@ func (n *Node) init(cfg Config, onState func(addr string, to gobreaker.State)) {
 	addr := n.addr
 	c := n.learn.Coeffs()
 	n.coeffs.Store(&c)
+	n.warm = int64(cfg.WarmSamples)
 	n.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        addr,
 		MaxRequests: cfg.Breaker.HalfOpenProbes,
@@ -128,6 +135,12 @@ func (n *Node) init(cfg Config, onState func(addr string, to gobreaker.State)) {
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= cfg.Breaker.ConsecutiveFailures },
 		IsExcluded:  func(err error) bool { return errors.Is(err, ErrExcluded) },
 		OnStateChange: func(_ string, _, to gobreaker.State) {
+			if int(to) < len(n.transitions) {
+				n.transitions[to].Add(1)
+			}
+			if to == gobreaker.StateClosed {
+				n.rejoin() // back in traffic: warm up at the peers' price (warm.go)
+			}
 			if onState != nil {
 				onState(addr, to)
 			}
@@ -198,6 +211,15 @@ func (n *Node) Settle(now time.Time, predicted float64) {
 
 // Scale is the node's time for one second of reference work under ref.
 func (n *Node) Scale(ref costmodel.Coeffs) float64 {
+	r := ref.Seconds(costmodel.RefFeatures)
+	if !(r > 0) {
+		return 1
+	}
+	return n.Coeffs().Seconds(costmodel.RefFeatures) / r
+}
+
+// ownScale is Scale by the node's own learned model (what /v1/nodes and metrics report).
+func (n *Node) ownScale(ref costmodel.Coeffs) float64 {
 	r := ref.Seconds(costmodel.RefFeatures)
 	if !(r > 0) {
 		return 1
@@ -288,10 +310,17 @@ func (n *Node) seed(cm *relevancev1.CostModel) {
 
 // setHealthy records the node's health and calls changed when it changed. A node that loses it
 // is forgotten as a prefix holder: when it comes back it may have restarted with an empty cache.
+// Coming back it warms up at its peers' price (warm.go), and the next cost model it reports
+// seeds its learner again: a restarted node calibrated itself afresh.
 func (n *Node) setHealthy(v bool, changed func()) {
 	if n.healthy.Swap(v) != v {
 		if !v {
 			n.prefixes.clear()
+		} else {
+			n.learnMu.Lock()
+			n.seeded = false
+			n.learnMu.Unlock()
+			n.rejoin()
 		}
 		changed()
 	}
@@ -364,9 +393,6 @@ func (n *Node) Healthy() bool { return n.healthy.Load() }
 
 // Breaker is the node's circuit breaker: Allow takes a permit whose done reports the outcome.
 func (n *Node) Breaker() *gobreaker.TwoStepCircuitBreaker[struct{}] { return n.breaker }
-
-// Coeffs is the node's current learned cost model.
-func (n *Node) Coeffs() costmodel.Coeffs { return *n.coeffs.Load() }
 
 // Samples is how many replies the node's cost model has learned from.
 func (n *Node) Samples() int64 { return n.samples.Load() }
