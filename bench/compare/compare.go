@@ -376,7 +376,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err := c.StartProxy(ctx, p, "proxy-probe"); err != nil {
 			return nil, fmt.Errorf("start proxy: %w", err)
 		}
-		res, err := runOne(ctx, o, targetOf(p), 0, conc, o.ProbeDuration, o.ProbeDuration/4)
+		// The closed loop cycles through the trace: the probe bypasses the proxy's score cache,
+		// or its repeats would be answered from it and measure the cache, not the nodes.
+		res, err := runOne(ctx, o, targetOf(p), 0, conc, o.ProbeDuration, o.ProbeDuration/4, load.NoScoreCache())
 		c.StopProxy()
 		if err != nil {
 			return nil, err
@@ -385,7 +387,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, fmt.Errorf("capacity probe: no successful request (errors %v); see the logs in %s", res.ErrorsBy, o.Cluster.LogDir)
 		}
 		rep.CapacityRPS = res.ThroughputRPS
-		rep.CapacityMethod = fmt.Sprintf("closed-loop probe: %s, concurrency %d, %v, proxy deadline %v (p50 %.0f ms, errors %d)",
+		rep.CapacityMethod = fmt.Sprintf("closed-loop probe: %s, concurrency %d, %v, proxy deadline %v, score cache bypassed (p50 %.0f ms, errors %d)",
 			o.ProbeConfig.Name(), conc, o.ProbeDuration, o.Timeout, res.P50ms, res.Errors)
 		logf("compare: capacity %.2f req/s (%s)", rep.CapacityRPS, rep.CapacityMethod)
 	}
@@ -445,12 +447,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
-func runOne(ctx context.Context, o Options, target string, rate float64, conc int, d, warm time.Duration) (*load.Result, error) {
+func runOne(ctx context.Context, o Options, target string, rate float64, conc int, d, warm time.Duration, opts ...load.TargetOption) (*load.Result, error) {
 	maxConns := conc
 	if rate > 0 {
 		maxConns = 1000
 	}
-	tg, err := load.NewTarget(target, maxConns)
+	tg, err := load.NewTarget(target, maxConns, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -659,12 +659,13 @@ func (e *env) runProbe(ctx context.Context) (float64, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	t, err := load.NewTarget(e.target(false), e.o.ProbeConcurrency)
+	// Bypass the score cache: the closed loop cycles through its trace (see load.NoScoreCache).
+	t, err := load.NewTarget(e.target(false), e.o.ProbeConcurrency, load.NoScoreCache())
 	if err != nil {
 		return 0, "", err
 	}
 	defer t.Close()
-	e.logf("capacity probe: closed loop, concurrency %d, %v, proxy admission off", e.o.ProbeConcurrency, e.o.ProbeDuration)
+	e.logf("capacity probe: closed loop, concurrency %d, %v, proxy admission off, score cache bypassed", e.o.ProbeConcurrency, e.o.ProbeDuration)
 	res, err := load.Run(ctx, load.Config{Target: t, Trace: tr, Concurrency: e.o.ProbeConcurrency, Duration: e.o.ProbeDuration,
 		Warmup: e.o.ProbeDuration / 4, Timeout: e.o.Timeout, SLO: e.o.SLO, Seed: e.nextSeed()})
 	if err != nil {

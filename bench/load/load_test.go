@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/relevance-scoring/relevance/bench/workload"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
@@ -345,5 +346,66 @@ func TestScheduleRate(t *testing.T) {
 	}
 	if diff := cmp.Diff(s, Schedule(1000, 2*time.Second, 9)); diff != "" {
 		t.Error("schedule not deterministic by seed")
+	}
+}
+
+// TestNoScoreCacheAsksEveryShapeToBypassTheCache: with NoScoreCache every request asks the
+// proxy to skip its score cache in the shape's own words ("cache": false on the rerank shapes,
+// options.no_cache on /v1/score and gRPC), and without it none does.
+func TestNoScoreCacheAsksEveryShapeToBypassTheCache(t *testing.T) {
+	r := &workload.Request{Query: "q", Items: []string{"a", "b"}}
+	for _, path := range []string{"/v1/rerank", "/rerank", "/v2/rerank", "/v1/score"} {
+		for _, off := range []bool{false, true} {
+			var opts []TargetOption
+			if off {
+				opts = append(opts, NoScoreCache())
+			}
+			tg, err := NewTarget("http://127.0.0.1:1"+path, 1, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := tg.Prepare(r)
+			tg.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got bool
+			if path == "/v1/score" {
+				var m relevancev1.ScoreRequest
+				if err := protojson.Unmarshal(p.Body(), &m); err != nil {
+					t.Fatalf("%s: %v", path, err)
+				}
+				got = m.GetOptions().GetNoCache()
+			} else {
+				var m struct {
+					Cache *bool `json:"cache"`
+				}
+				if err := json.Unmarshal(p.Body(), &m); err != nil {
+					t.Fatalf("%s: %v", path, err)
+				}
+				got = m.Cache != nil && !*m.Cache
+			}
+			if got != off {
+				t.Errorf("%s, NoScoreCache %v: body %s asks to bypass the cache: %v", path, off, p.Body(), got)
+			}
+		}
+	}
+	for _, off := range []bool{false, true} {
+		var opts []TargetOption
+		if off {
+			opts = append(opts, NoScoreCache())
+		}
+		tg, err := NewTarget("grpc://127.0.0.1:1", 1, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := tg.Prepare(r)
+		tg.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.grpc.GetOptions().GetNoCache(); got != off {
+			t.Errorf("grpc, NoScoreCache %v: options.no_cache %v", off, got)
+		}
 	}
 }

@@ -45,6 +45,7 @@ func runLoad(args []string) error {
 	emulated := fs.Bool("emulated", false, "label the result EMULATED (the nodes behind the proxy are emulated)")
 	writeBody := fs.String("write-body", "", "write the first request's HTTP body to this file and exit (for wrk/hey cross-checks)")
 	maxErrRate := fs.Float64("max-error-rate", 0.01, "exit non-zero when more than this share of measured requests fail, in [0, 1]")
+	noCache := fs.Bool("no-cache", false, "bypass the proxy's score cache on every request (\"cache\": false; options.no_cache), so the nodes score every item of the cycled trace")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,7 +73,11 @@ func runLoad(args []string) error {
 	if *rate > 0 {
 		maxConns = *maxInflight
 	}
-	tg, err := load.NewTarget(*target, maxConns)
+	var topts []load.TargetOption
+	if *noCache {
+		topts = append(topts, load.NoScoreCache())
+	}
+	tg, err := load.NewTarget(*target, maxConns, topts...)
 	if err != nil {
 		return err
 	}
