@@ -17,6 +17,7 @@ type metrics struct {
 	hedges          prometheus.Counter
 	hedgeWins       prometheus.Counter
 	rescues         prometheus.Counter
+	rescuesDeferred prometheus.Counter
 	requestRatio    prometheus.Histogram
 	rejected        *prometheus.CounterVec
 }
@@ -64,6 +65,10 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 			Name: "relevance_proxy_rescues_total",
 			Help: "Overdue batches sent to a second node while the deadline still allowed (retry.rescue_factor; also counted in hedges_total).",
 		}),
+		rescuesDeferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relevance_proxy_rescues_deferred_total",
+			Help: "Overdue batches whose rescue waited because their node was still within the schedule of all the work charged to it (a node merges queued batches into one pass).",
+		}),
 		requestRatio: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "relevance_proxy_request_projection_ratio",
 			Help:    "An admitted request's time from planning to its last batch's answer over the plan's projected finish (admission's error at the request level; requests whose nodes had not learned their cost yet are left out).",
@@ -86,7 +91,7 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 		}
 		return p.admitter.Margin()
 	})
-	cs := []prometheus.Collector{m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.requestRatio, m.rejected, margin, p.cluster.Collector()}
+	cs := []prometheus.Collector{m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.rescuesDeferred, m.requestRatio, m.rejected, margin, p.cluster.Collector()}
 	if c := p.cache; c != nil {
 		counter := func(name, help string, v func(scorecache.Stats) uint64) prometheus.Collector {
 			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(c.Stats())) })

@@ -2,13 +2,18 @@ package proxy
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/internal/fakenode"
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/cluster"
 )
 
@@ -155,5 +160,70 @@ func TestNodeOnProbationIsProbedBesideTheRequest(t *testing.T) {
 	}
 	if got := slow.Calls() - before; got != 1 {
 		t.Errorf("node on probation got %d calls for one request, want 1 probe", got)
+	}
+}
+
+// TestBatchLateOnlyByMergingIsNotRescued: a node merges the batches queued when a pass starts
+// into one pass, so a small batch queued ahead of a large one answers when the large one does:
+// late against its own slot in the node's queue (here ~1.9× its projected finish, past the
+// rescue's 1.5×), on time against the node's schedule of everything charged to it. Such a batch
+// is not copied to another node: the copy would only double its work (rescues were ~10 % of all
+// batches on real nodes, most of them this). A stalled node is still rescued
+// (TestOverdueBatchIsRescuedBeforeTheDeadline).
+func TestBatchLateOnlyByMergingIsNotRescued(t *testing.T) {
+	cost := costmodel.Coeffs{A: 1e-4, C: 0.02}
+	nodes := startNodes(t, 2, fakenode.Options{Coeffs: cost})
+	fast, busy := nodes[0], nodes[1]
+	// The other node reports 3 s of other proxies' work: least_loaded keeps this proxy's
+	// batches off it, but a rescue copy (10 s deadline) still fits there.
+	busy.SetReportedLoad(3)
+	cfg := outlierConfig(nodes.Addrs(), cost)
+	cfg.SLO = 10 * time.Second
+	cfg.Hedge.Enabled = false
+	cfg.Split.MaxBatchItems = 8
+	cfg.Outlier.SlowFactor = 10 // the slow mark stays out of it
+	p, _ := startProxy(t, cfg)
+	// Both nodes answer once (two batches a request: the second goes beside the first), so the
+	// busy one's backlog is known.
+	for i := range 2 {
+		score(t, p, makeRequest(16, uint64(i)))
+	}
+	if s := nodeStatus(t, p, busy.Addr()); s.Batches == 0 || s.BacklogSeconds < 1 {
+		t.Fatalf("busy node: %+v; want answered, with its reported backlog", s)
+	}
+	request := func(name string, items, words int) *relevancev1.ScoreRequest {
+		req := &relevancev1.ScoreRequest{Query: name}
+		for i := range items {
+			req.Items = append(req.Items, &relevancev1.Item{Text: strings.Repeat(fmt.Sprintf("%s%d ", name, i), words)})
+		}
+		return req
+	}
+	busyCalls, fastCalls := busy.Calls(), fast.Calls()
+	var wg sync.WaitGroup
+	// A medium batch runs; a short one queues behind it, then a large one: the node merges
+	// the short and the large into its next pass, so the short one answers with the large one,
+	// several times its projected finish.
+	for i, req := range []*relevancev1.ScoreRequest{request("medium", 4, 40), request("short", 1, 3), request("large", 8, 400)} {
+		wg.Go(func() {
+			st := time.Now()
+			if _, err := p.Score(context.Background(), req); err != nil {
+				t.Errorf("request %d: %v", i, err)
+			}
+			t.Logf("request %d: %v", i, time.Since(st))
+		})
+		time.Sleep(10 * time.Millisecond) // in this order on the fast node's queue
+	}
+	wg.Wait()
+	if c := fast.Calls() - fastCalls; c < 3 {
+		t.Fatalf("the fast node got %d calls, want the 3 requests' batches (setup)", c)
+	}
+	if c := busy.Calls() - busyCalls; c != 0 {
+		t.Errorf("the busy node got %d calls: a batch late only by the other node's merging was rescued there", c)
+	}
+	if got := testutil.ToFloat64(p.m.rescues); got != 0 {
+		t.Errorf("rescues_total = %v, want 0", got)
+	}
+	if got := testutil.ToFloat64(p.m.rescuesDeferred); got < 1 {
+		t.Errorf("rescues_deferred_total = %v, want ≥ 1 (the short batch's rescue waited)", got)
 	}
 }

@@ -115,12 +115,13 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 		RescueMinLate:   cfg.Retry.RescueMinLate,
 		TrustSamples:    cfg.Admission.MinSamples,
 	}, p.cluster, placer, acc, dispatch.Metrics{
-		Retries:       p.m.retries,
-		Hedges:        p.m.hedges,
-		HedgeWins:     p.m.hedgeWins,
-		Rescues:       p.m.rescues,
-		BatchDuration: p.m.batchDuration,
-		EstimateRatio: p.m.estimateRatio,
+		Retries:         p.m.retries,
+		Hedges:          p.m.hedges,
+		HedgeWins:       p.m.hedgeWins,
+		Rescues:         p.m.rescues,
+		RescuesDeferred: p.m.rescuesDeferred,
+		BatchDuration:   p.m.batchDuration,
+		EstimateRatio:   p.m.estimateRatio,
 	})
 	return p, nil
 }

@@ -3,7 +3,7 @@
 # trace: every split × route configuration at 50/70/90 % of the real cluster's measured capacity,
 # at least MIN_REQ (300) measured requests per cell, every cell on fresh nodes and a fresh proxy.
 #
-#   bench/fidelity/headline.sh OUT [real|emulated|both]
+#   [BIN=dir] [CLUSTER=cluster.yaml] [CONFIGS=…] [LOADS=…] [MIN_REQ=n] bench/fidelity/headline.sh OUT [real|emulated|both]
 #
 # real:     calibrate one real 1-thread node (OUT/profile.json, its measured samples), measure the
 #           capacity of 2 real nodes (closed-loop probe), then run every cell on 2 real nodes.
@@ -27,6 +27,9 @@ SLO=${SLO:-1s}
 MIN_REQ=${MIN_REQ:-300}
 WARMUP=5
 common=(--nodes 2 --workload configs/workloads/compare.yaml --slo "$SLO" --warmup "${WARMUP}s" --fresh-cells)
+# CLUSTER: a cluster config whose bin_dir holds the binaries under test (default: configs/local.yaml,
+# bin/), e.g. to compare two builds side by side without rebuilding bin/.
+[ -n "${CLUSTER:-}" ] && common+=(--cluster-config "$CLUSTER")
 
 cells() { # $1: real|emulated, then extra bench compare flags
   local kind=$1 cap

@@ -209,6 +209,10 @@ func (n *Node) Settle(now time.Time, predicted float64) {
 	n.chargeMu.Unlock()
 }
 
+// Ahead is how long until the node is projected to finish every batch this proxy has charged
+// it, from now: negative when the node is behind its projection (or idle).
+func (n *Node) Ahead(now time.Time) float64 { return n.finish.Load() - clock(now) }
+
 // Scale is the node's time for one second of reference work under ref.
 func (n *Node) Scale(ref costmodel.Coeffs) float64 {
 	r := ref.Seconds(costmodel.RefFeatures)

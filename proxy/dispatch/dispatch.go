@@ -22,8 +22,12 @@
 //     pick can finish it before the deadline and the retry budget allows. The timer is pulled in
 //     to the latest moment at which the batch's own predicted time (×1.25, +10 ms) still fits
 //     before the deadline; when even that moment is not past the projected finish, the plan was
-//     tight and no rescue is timed (the slow mark below may still send one). A rescue is no
-//     evidence against the node: only the slow mark is.
+//     tight and no rescue is timed (the slow mark below may still send one). When the timer
+//     fires while the node is still within its projected schedule of everything charged to it
+//     (cluster.Node.Ahead > 0: the batch is late only because the node merged later batches into
+//     its pass), the rescue waits once for that schedule (+RescueMinLate, and no later than the
+//     last moment a copy still makes the deadline). A rescue is no evidence against the node:
+//     only the slow mark is.
 //   - In fail-fast mode the first batch that fails for good cancels the others.
 //   - Probe: a node back from an outlier ejection (package cluster: probation) gets a copy of the
 //     request's smallest batch, sent beside the batch itself; the request never waits for it.
@@ -84,7 +88,7 @@ type Config struct {
 // Metrics are what dispatch records; nil fields record nothing.
 type Metrics struct {
 	Retries, Hedges, HedgeWins   prometheus.Counter
-	Rescues                      prometheus.Counter
+	Rescues, RescuesDeferred     prometheus.Counter
 	BatchDuration, EstimateRatio prometheus.Observer
 }
 
@@ -291,10 +295,13 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 		defer t.Stop()
 		hedgeC = t.C
 	}
-	if delay, ok := d.rescueAfter(ctx, l); ok {
-		t := time.NewTimer(delay)
-		defer t.Stop()
-		rescueC = t.C
+	var rescueT *time.Timer
+	var rescueBy time.Time // the latest moment a rescue can still make the deadline
+	deferred := false
+	if delay, latest, ok := d.rescueAfter(ctx, l); ok {
+		rescueT = time.NewTimer(delay)
+		defer rescueT.Stop()
+		rescueC, rescueBy = rescueT.C, time.Now().Add(latest)
 	}
 	if delay, ok := d.slowAfter(l.Finish); ok {
 		t := time.NewTimer(delay)
@@ -313,6 +320,24 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 			// Overdue while a second node can still make the deadline: send it there too. The
 			// node is not blamed: a batch 1.5× late is load or noise as often as a fault.
 			rescueC = nil
+			// A node merges the batches queued when a pass starts into that pass, so a batch
+			// answers when its pass ends, after batches placed behind it: late against its own
+			// slot in the node's queue, on time against the node's whole schedule. While the node
+			// is still within the schedule of everything charged to it, wait for that (once, and
+			// no later than the last moment a rescue still makes the deadline); a stalled or
+			// slow node overruns it and is rescued then (and marked slow by the timer below).
+			if now := time.Now(); !deferred {
+				if ahead := l.Node.Ahead(now); ahead > 0 {
+					wait := min(time.Duration(ahead*float64(time.Second))+d.cfg.RescueMinLate, rescueBy.Sub(now))
+					if wait > 0 {
+						deferred = true
+						rescueT.Reset(wait)
+						rescueC = rescueT.C
+						inc(d.m.RescuesDeferred)
+						continue
+					}
+				}
+			}
 			if l2 = d.placeRescue(ctx, *tried, b); l2 != nil {
 				inc(d.m.Rescues)
 			}
@@ -386,22 +411,23 @@ func (d *Dispatcher) placeRescue(ctx context.Context, exclude []*cluster.Node, b
 }
 
 // rescueAfter is when an unanswered call on lease l is rescued (see the package doc), counted
-// from now; ok is false when no rescue is timed.
-func (d *Dispatcher) rescueAfter(ctx context.Context, l *plan.Lease) (time.Duration, bool) {
+// from now, with the latest moment (also from now) at which a rescue can still make the deadline;
+// ok is false when no rescue is timed.
+func (d *Dispatcher) rescueAfter(ctx context.Context, l *plan.Lease) (after, latest time.Duration, ok bool) {
 	if !(d.cfg.RescueFactor > 0) || !(l.Finish > 0) {
-		return 0, false
+		return 0, 0, false
 	}
 	dl, ok := ctx.Deadline()
 	if !ok {
-		return 0, false
+		return 0, 0, false
 	}
 	// The latest useful moment: a second node, idle, still finishes the batch by the deadline.
-	latest := time.Until(dl).Seconds() - (1.25*l.Predicted + 0.010)
-	if latest <= l.Finish {
-		return 0, false
+	last := time.Until(dl).Seconds() - (1.25*l.Predicted + 0.010)
+	if last <= l.Finish {
+		return 0, 0, false
 	}
-	at := min(max(d.cfg.RescueFactor*l.Finish, l.Finish+d.cfg.RescueMinLate.Seconds()), latest)
-	return time.Duration(at * float64(time.Second)), true
+	at := min(max(d.cfg.RescueFactor*l.Finish, l.Finish+d.cfg.RescueMinLate.Seconds()), last)
+	return time.Duration(at * float64(time.Second)), time.Duration(last * float64(time.Second)), true
 }
 
 // slowAfter is when a call expected to finish in expected seconds becomes slow.
