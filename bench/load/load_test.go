@@ -354,21 +354,26 @@ func TestScheduleRate(t *testing.T) {
 // options.no_cache on /v1/score and gRPC), and without it none does.
 func TestNoScoreCacheAsksEveryShapeToBypassTheCache(t *testing.T) {
 	r := &workload.Request{Query: "q", Items: []string{"a", "b"}}
-	for _, path := range []string{"/v1/rerank", "/rerank", "/v2/rerank", "/v1/score"} {
-		for _, off := range []bool{false, true} {
-			var opts []TargetOption
-			if off {
-				opts = append(opts, NoScoreCache())
-			}
-			tg, err := NewTarget("http://127.0.0.1:1"+path, 1, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := tg.Prepare(r)
-			tg.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
+	prepare := func(url string, off bool) Prepared {
+		t.Helper()
+		var opts []TargetOption
+		if off {
+			opts = append(opts, NoScoreCache())
+		}
+		tg, err := NewTarget(url, 1, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tg.Close()
+		p, err := tg.Prepare(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, off := range []bool{false, true} {
+		for _, path := range []string{"/v1/rerank", "/rerank", "/v2/rerank", "/v1/score"} {
+			p := prepare("http://127.0.0.1:1"+path, off)
 			var got bool
 			if path == "/v1/score" {
 				var m relevancev1.ScoreRequest
@@ -389,22 +394,7 @@ func TestNoScoreCacheAsksEveryShapeToBypassTheCache(t *testing.T) {
 				t.Errorf("%s, NoScoreCache %v: body %s asks to bypass the cache: %v", path, off, p.Body(), got)
 			}
 		}
-	}
-	for _, off := range []bool{false, true} {
-		var opts []TargetOption
-		if off {
-			opts = append(opts, NoScoreCache())
-		}
-		tg, err := NewTarget("grpc://127.0.0.1:1", 1, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := tg.Prepare(r)
-		tg.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := p.grpc.GetOptions().GetNoCache(); got != off {
+		if got := prepare("grpc://127.0.0.1:1", off).grpc.GetOptions().GetNoCache(); got != off {
 			t.Errorf("grpc, NoScoreCache %v: options.no_cache %v", off, got)
 		}
 	}
