@@ -163,33 +163,32 @@ func TestNodeOnProbationIsProbedBesideTheRequest(t *testing.T) {
 	}
 }
 
-// TestBatchLateOnlyByMergingIsNotRescued: a node merges the batches queued when a pass starts
-// into one pass, so a small batch queued ahead of a large one answers when the large one does:
-// late against its own slot in the node's queue (here ~1.9× its projected finish, past the
-// rescue's 1.5×), on time against the node's schedule of everything charged to it. Such a batch
-// is not copied to another node: the copy would only double its work (rescues were ~10 % of all
-// batches on real nodes, most of them this). A stalled node is still rescued
-// (TestOverdueBatchIsRescuedBeforeTheDeadline).
-func TestBatchLateOnlyByMergingIsNotRescued(t *testing.T) {
+// mergedLateBatch runs a batch that is late only because its node merged it with a later one:
+// a medium batch runs on one node, a short one queues behind it, then a large one, and the node
+// merges the short and the large into its next pass, so the short one answers with the large one,
+// several times its projected finish. The other node reports otherBacklog seconds of other
+// proxies' work, so least_loaded puts all three on the first node; a rescue copy (10 s deadline)
+// still fits on the other. The large batch has 8 items of largeWords words. It returns the calls
+// the other node got during the three requests and the short request's latency.
+func mergedLateBatch(t *testing.T, otherBacklog float64, largeWords int) (*Proxy, int64, time.Duration) {
 	cost := costmodel.Coeffs{A: 1e-4, C: 0.02}
 	nodes := startNodes(t, 2, fakenode.Options{Coeffs: cost})
-	fast, busy := nodes[0], nodes[1]
-	// The other node reports 3 s of other proxies' work: least_loaded keeps this proxy's
-	// batches off it, but a rescue copy (10 s deadline) still fits there.
-	busy.SetReportedLoad(3)
+	first, other := nodes[0], nodes[1]
+	other.SetReportedLoad(otherBacklog)
 	cfg := outlierConfig(nodes.Addrs(), cost)
 	cfg.SLO = 10 * time.Second
 	cfg.Hedge.Enabled = false
 	cfg.Split.MaxBatchItems = 8
-	cfg.Outlier.SlowFactor = 10 // the slow mark stays out of it
+	cfg.Split.Strategy = "fixed" // each request one batch, however large
+	cfg.Outlier.SlowFactor = 10  // the slow mark stays out of it
 	p, _ := startProxy(t, cfg)
 	// Both nodes answer once (two batches a request: the second goes beside the first), so the
-	// busy one's backlog is known.
+	// other's backlog is known.
 	for i := range 2 {
 		score(t, p, makeRequest(16, uint64(i)))
 	}
-	if s := nodeStatus(t, p, busy.Addr()); s.Batches == 0 || s.BacklogSeconds < 1 {
-		t.Fatalf("busy node: %+v; want answered, with its reported backlog", s)
+	if s := nodeStatus(t, p, other.Addr()); s.Batches == 0 || s.BacklogSeconds < otherBacklog/3 {
+		t.Fatalf("other node: %+v; want answered, with its reported backlog", s)
 	}
 	request := func(name string, items, words int) *relevancev1.ScoreRequest {
 		req := &relevancev1.ScoreRequest{Query: name}
@@ -198,32 +197,55 @@ func TestBatchLateOnlyByMergingIsNotRescued(t *testing.T) {
 		}
 		return req
 	}
-	busyCalls, fastCalls := busy.Calls(), fast.Calls()
+	otherCalls, firstCalls := other.Calls(), first.Calls()
 	var wg sync.WaitGroup
-	// A medium batch runs; a short one queues behind it, then a large one: the node merges
-	// the short and the large into its next pass, so the short one answers with the large one,
-	// several times its projected finish.
-	for i, req := range []*relevancev1.ScoreRequest{request("medium", 4, 40), request("short", 1, 3), request("large", 8, 400)} {
+	var short time.Duration
+	for i, req := range []*relevancev1.ScoreRequest{request("medium", 4, 40), request("short", 1, 3), request("large", 8, largeWords)} {
 		wg.Go(func() {
 			st := time.Now()
 			if _, err := p.Score(context.Background(), req); err != nil {
 				t.Errorf("request %d: %v", i, err)
 			}
-			t.Logf("request %d: %v", i, time.Since(st))
+			if i == 1 {
+				short = time.Since(st)
+			}
 		})
-		time.Sleep(10 * time.Millisecond) // in this order on the fast node's queue
+		time.Sleep(10 * time.Millisecond) // in this order on the first node's queue
 	}
 	wg.Wait()
-	if c := fast.Calls() - fastCalls; c < 3 {
-		t.Fatalf("the fast node got %d calls, want the 3 requests' batches (setup)", c)
+	if c := first.Calls() - firstCalls; c < 3 {
+		t.Fatalf("the first node got %d calls, want the 3 requests' batches (setup)", c)
 	}
-	if c := busy.Calls() - busyCalls; c != 0 {
-		t.Errorf("the busy node got %d calls: a batch late only by the other node's merging was rescued there", c)
+	return p, other.Calls() - otherCalls, short
+}
+
+// TestBatchLateOnlyByMergingIsNotRescued: a batch late only by its node's merging, on time
+// against the node's schedule of everything charged to it, is not copied to a node that would
+// finish it no sooner: the copy would only double its work (rescues were ~10 % of all batches on
+// real nodes, most of them this). A stalled node is still rescued
+// (TestOverdueBatchIsRescuedBeforeTheDeadline).
+func TestBatchLateOnlyByMergingIsNotRescued(t *testing.T) {
+	p, otherCalls, _ := mergedLateBatch(t, 3, 400)
+	if otherCalls != 0 {
+		t.Errorf("the busy node got %d calls: a batch late only by the other node's merging was copied there", otherCalls)
 	}
 	if got := testutil.ToFloat64(p.m.rescues); got != 0 {
 		t.Errorf("rescues_total = %v, want 0", got)
 	}
 	if got := testutil.ToFloat64(p.m.rescuesDeferred); got < 1 {
 		t.Errorf("rescues_deferred_total = %v, want ≥ 1 (the short batch's rescue waited)", got)
+	}
+}
+
+// TestBatchLateByMergingIsCopiedWhereItFinishesFirst: the same batch is copied when another node
+// is projected to finish it before its own node's schedule ends (here the large batch behind it
+// is projected at ~0.8 s, the other node's backlog at ~0.4 s), and answers from there.
+func TestBatchLateByMergingIsCopiedWhereItFinishesFirst(t *testing.T) {
+	p, otherCalls, short := mergedLateBatch(t, 0.6, 450)
+	if otherCalls < 1 || testutil.ToFloat64(p.m.rescues) < 1 {
+		t.Errorf("the other node got %d calls, rescues_total %v; want the short batch copied there", otherCalls, testutil.ToFloat64(p.m.rescues))
+	}
+	if short > 450*time.Millisecond {
+		t.Errorf("the short request took %v: it waited for the merged pass (~0.7 s)", short)
 	}
 }

@@ -24,8 +24,9 @@
 //     before the deadline; when even that moment is not past the projected finish, the plan was
 //     tight and no rescue is timed (the slow mark below may still send one). When the timer
 //     fires while the node is still within its projected schedule of everything charged to it
-//     (cluster.Node.Ahead > 0: the batch is late only because the node merged later batches into
-//     its pass), the rescue waits once for that schedule (+RescueMinLate, and no later than the
+//     (cluster.Node.Ahead > 0: the batch may be late only because the node merged later batches
+//     into its pass), a copy goes only to a node projected to finish it before that schedule
+//     ends; else the rescue waits once for the schedule (+RescueMinLate, and no later than the
 //     last moment a copy still makes the deadline). A rescue is no evidence against the node:
 //     only the slow mark is.
 //   - In fail-fast mode the first batch that fails for good cancels the others.
@@ -323,23 +324,26 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 			// A node merges the batches queued when a pass starts into that pass, so a batch
 			// answers when its pass ends, after batches placed behind it: late against its own
 			// slot in the node's queue, on time against the node's whole schedule. While the node
-			// is still within the schedule of everything charged to it, wait for that (once, and
-			// no later than the last moment a rescue still makes the deadline); a stalled or
-			// slow node overruns it and is rescued then (and marked slow by the timer below).
+			// is still within the schedule of everything charged to it, a copy is sent only where
+			// it is projected to finish before that schedule does (an idler node); otherwise the
+			// rescue waits for the schedule (once, and no later than the last moment a copy still
+			// makes the deadline). A stalled or slow node overruns its schedule and is rescued
+			// then (and marked slow by the timer below).
+			before := math.Inf(1)
 			if now := time.Now(); !deferred {
 				if ahead := l.Node.Ahead(now); ahead > 0 {
-					wait := min(time.Duration(ahead*float64(time.Second))+d.cfg.RescueMinLate, rescueBy.Sub(now))
-					if wait > 0 {
+					if wait := min(time.Duration(ahead*float64(time.Second))+d.cfg.RescueMinLate, rescueBy.Sub(now)); wait > 0 {
 						deferred = true
+						before = ahead
 						rescueT.Reset(wait)
-						rescueC = rescueT.C
-						inc(d.m.RescuesDeferred)
-						continue
 					}
 				}
 			}
-			if l2 = d.placeRescue(ctx, *tried, b); l2 != nil {
+			if l2 = d.placeRescue(ctx, *tried, b, before); l2 != nil {
 				inc(d.m.Rescues)
+			} else if deferred && !math.IsInf(before, 1) {
+				rescueC = rescueT.C
+				inc(d.m.RescuesDeferred)
 			}
 		case <-stuckC:
 			// Slow: evidence against the node now, before the call ends, and a rescue on
@@ -348,7 +352,7 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 			if slow1.CompareAndSwap(false, true) {
 				d.cluster.ReportSlow(l.Node, time.Now(), d.cfg.SlowFactor)
 			}
-			l2 = d.placeRescue(ctx, *tried, b)
+			l2 = d.placeRescue(ctx, *tried, b, math.Inf(1))
 		}
 	}
 	*tried = append(*tried, l2.Node)
@@ -397,13 +401,13 @@ func (d *Dispatcher) placeHedge(ctx context.Context, exclude []*cluster.Node, b 
 }
 
 // placeRescue places a second copy of a slow batch through the placer, if it can finish before
-// the deadline and the retry budget allows.
-func (d *Dispatcher) placeRescue(ctx context.Context, exclude []*cluster.Node, b *plan.Batch) *plan.Lease {
+// the deadline and within before seconds from now, and the retry budget allows.
+func (d *Dispatcher) placeRescue(ctx context.Context, exclude []*cluster.Node, b *plan.Batch, before float64) *plan.Lease {
 	l := d.placer.Place(b.Work(), exclude)
 	if l == nil {
 		return nil
 	}
-	if !fitsDeadline(ctx, l) || !d.budget.take() {
+	if !fitsDeadline(ctx, l) || !(l.Finish < before) || !d.budget.take() {
 		l.Release()
 		return nil
 	}
