@@ -114,10 +114,20 @@ func TestCompareEndToEnd(t *testing.T) {
 	out := t.TempDir()
 	o := Options{Cluster: fakeCluster(t), Configs: []Config{Baseline, Best}, Loads: []float64{0.05, 0.1}, Trace: trace(t), Seed: 1,
 		Duration: 500 * time.Millisecond, Warmup: 100 * time.Millisecond, ProbeDuration: 300 * time.Millisecond, ProbeConcurrency: 2,
-		Out: out, Log: &bytes.Buffer{}}
+		Out: out, Log: &bytes.Buffer{}, GrowTrace: true}
 	rep, err := Run(context.Background(), o)
 	if err != nil {
 		t.Fatalf("%v\nlog:\n%s", err, o.Log)
+	}
+	// The 4-request trace is grown so that no cell cycles through it (a repeat would be answered
+	// by the proxy's score cache): the busiest cell sends up to 0.1 × capacity × 0.5 s requests.
+	if need := 1.2 * 0.1 * rep.CapacityRPS * 0.5; rep.TraceSize <= 4 || float64(rep.TraceSize) < need {
+		t.Errorf("trace of %d distinct requests for cells of up to ~%.0f requests", rep.TraceSize, need)
+	}
+	for _, r := range rep.Rows {
+		if r.Requests > int64(rep.TraceSize) {
+			t.Errorf("%s at %.2f sent %d requests from a trace of %d: it repeated requests", r.Config, r.Load, r.Requests, rep.TraceSize)
+		}
 	}
 	// Probe: 2 workers on the 2 ms "best" proxy: well over 100 req/s, under 1000. The loads are
 	// small fractions of it so the runs measure the proxies, not a CPU the test saturates.
@@ -145,7 +155,7 @@ func TestCompareEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"EMULATED", "bin/bench compare --test", "cost+least_loaded", "p99.9 ms"} {
+	for _, s := range []string{"EMULATED", "bin/bench compare --test", "cost+least_loaded", "p99.9 ms", "distinct requests"} {
 		if !bytes.Contains(md, []byte(s)) {
 			t.Errorf("results.md lacks %q", s)
 		}

@@ -82,8 +82,12 @@ func (r *Report) HeadlineText() string {
 
 // Summary is the header printed above the table.
 func (r *Report) Summary() string {
-	s := fmt.Sprintf("%s comparison: %d %s, workload %s (trace seed %d, %.1f items/request), capacity %.2f req/s (%s), %gs per run (%gs warm-up), goodput SLO %.0f ms, proxy deadline %.0f ms\n",
-		r.label(), r.Nodes, r.nodesText(), r.Workload, r.TraceSeed, r.MeanItems, r.CapacityRPS, r.CapacityMethod, r.DurationSec, r.WarmupSec, r.SLOms, r.ProxySLOms)
+	trace := ""
+	if r.TraceSize > 0 {
+		trace = fmt.Sprintf(", %d distinct requests", r.TraceSize)
+	}
+	s := fmt.Sprintf("%s comparison: %d %s, workload %s (trace seed %d%s, %.1f items/request), capacity %.2f req/s (%s), %gs per run (%gs warm-up), goodput SLO %.0f ms, proxy deadline %.0f ms\n",
+		r.label(), r.Nodes, r.nodesText(), r.Workload, r.TraceSeed, trace, r.MeanItems, r.CapacityRPS, r.CapacityMethod, r.DurationSec, r.WarmupSec, r.SLOms, r.ProxySLOms)
 	if r.FreshCells {
 		s += "every cell on freshly started nodes and proxy (cold prefix and score caches)\n"
 	}

@@ -39,7 +39,7 @@ func runCompare(args []string) error {
 	probeConc := fs.Int("probe-concurrency", 0, "capacity probe concurrency (0: max(4, nodes/2))")
 	wl := fs.String("workload", defaultCompareWorkload, "workload YAML (sized for the calibrated small model on 16 nodes)")
 	seed := fs.Uint64("seed", 0, "trace and arrival seed; 0 uses the workload's")
-	traceSize := fs.Int("trace-size", 0, "distinct requests (0: the workload's trace_size)")
+	traceSize := fs.Int("trace-size", 0, "distinct requests (0: the workload's trace_size, grown to what the busiest cell sends so that no cell repeats a request into the score cache)")
 	slo := fs.Duration("slo", 500*time.Millisecond, "goodput SLO (also the proxy's default deadline)")
 	proxySLO := fs.Duration("proxy-slo", 0, "the proxy's default deadline (0: 2×--slo, so latencies past the SLO are measured, not cut into 504s at it)")
 	timeout := fs.Duration("timeout", 10*time.Second, "per-request client timeout")
@@ -140,6 +140,7 @@ func runCompare(args []string) error {
 		return err
 	}
 	o.Trace, o.Seed = tr, *seed
+	o.GrowTrace = *traceSize == 0
 	if o.Seed == 0 {
 		o.Seed = tr.Spec().Seed
 	}
