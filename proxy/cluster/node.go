@@ -162,7 +162,7 @@ func (n *Node) init(cfg Config, onState func(addr string, to gobreaker.State)) {
 // stalled or slowed node looks busier the longer it stalls instead of looking free — which would
 // make least-loaded routing pour work into it.
 func (n *Node) Load(now time.Time) float64 {
-	l := n.finish.Load() - clock(now)
+	l := n.Ahead(now)
 	if l < 0 {
 		l = 0
 		if n.inflight.Load() > 0 {
@@ -214,21 +214,18 @@ func (n *Node) Settle(now time.Time, predicted float64) {
 func (n *Node) Ahead(now time.Time) float64 { return n.finish.Load() - clock(now) }
 
 // Scale is the node's time for one second of reference work under ref.
-func (n *Node) Scale(ref costmodel.Coeffs) float64 {
-	r := ref.Seconds(costmodel.RefFeatures)
-	if !(r > 0) {
-		return 1
-	}
-	return n.Coeffs().Seconds(costmodel.RefFeatures) / r
-}
+func (n *Node) Scale(ref costmodel.Coeffs) float64 { return scale(n.Coeffs(), ref) }
 
 // ownScale is Scale by the node's own learned model (what /v1/nodes and metrics report).
-func (n *Node) ownScale(ref costmodel.Coeffs) float64 {
+func (n *Node) ownScale(ref costmodel.Coeffs) float64 { return scale(*n.coeffs.Load(), ref) }
+
+// scale is c's time for one second of reference work under ref (1 when ref prices it at 0).
+func scale(c, ref costmodel.Coeffs) float64 {
 	r := ref.Seconds(costmodel.RefFeatures)
 	if !(r > 0) {
 		return 1
 	}
-	return n.coeffs.Load().Seconds(costmodel.RefFeatures) / r
+	return c.Seconds(costmodel.RefFeatures) / r
 }
 
 // Observe learns from a successful reply.

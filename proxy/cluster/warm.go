@@ -24,54 +24,53 @@ func (n *Node) rejoin() {
 	n.warmFrom.Store(n.samples.Load())
 }
 
-// warmingLeft is how many more replies the node is priced with its peers' model blended in
-// (0: its own model alone).
-func (n *Node) warmingLeft() int64 {
-	if n.warm <= 0 || n.peer.Load() == nil {
+// toWarm is how many more replies the node learns from before its own model prices it alone
+// (0: warm-up off or over).
+func (n *Node) toWarm() int64 {
+	if n.warm <= 0 {
 		return 0
 	}
-	return max(0, n.warm-(n.samples.Load()-n.warmFrom.Load()))
+	return min(n.warm, max(0, n.warm-(n.samples.Load()-n.warmFrom.Load())))
 }
 
-// warmed reports whether the node's own model prices it alone: it has learned from WarmSamples
-// replies since it last (re)joined.
-func (n *Node) warmed() bool { return n.samples.Load()-n.warmFrom.Load() >= n.warm }
+// warmingLeft is how many more replies the node is priced with its peers' model blended in
+// (0: its own model alone, also when no peer is warmed up).
+func (n *Node) warmingLeft() int64 {
+	if n.peer.Load() == nil {
+		return 0
+	}
+	return n.toWarm()
+}
 
 // Coeffs is the cost model the node is priced by: its learned model, blended with its trusted
 // peers' mean while it warms up (see above). Coefficients in /v1/nodes are its own.
 func (n *Node) Coeffs() costmodel.Coeffs {
 	own := *n.coeffs.Load()
-	if n.warm <= 0 {
+	p, left := n.peer.Load(), n.toWarm()
+	if p == nil || left == 0 {
 		return own
 	}
-	p := n.peer.Load()
-	k := n.samples.Load() - n.warmFrom.Load()
-	if p == nil || k >= n.warm {
-		return own
-	}
-	w := float64(max(k, 0)) / float64(n.warm)
+	w := 1 - float64(left)/float64(n.warm)
 	return costmodel.Coeffs{A: w*own.A + (1-w)*p.A, B: w*own.B + (1-w)*p.B, C: w*own.C + (1-w)*p.C}
 }
 
 // priceWarming gives every warming node the mean model of the warmed-up ones (nil when none is:
 // a fresh cluster learns each node's own model from its replies). Called where placement reads
-// the nodes (Eligible), so peers' latest models are used; the work is a pass over the members
-// only while some node warms up.
+// the nodes (Eligible), so peers' latest models are used: a pass of two atomic loads a member,
+// and the mean only while some node warms up.
 func (c *Cluster) priceWarming() {
 	if c.cfg.WarmSamples <= 0 {
 		return
 	}
-	nodes := c.Snapshot()
-	var trusted []*Node
-	warming := false
-	for _, n := range nodes {
-		if n.warmed() {
+	var trusted, warming []*Node
+	for _, n := range c.Snapshot() {
+		if n.toWarm() == 0 {
 			trusted = append(trusted, n)
 		} else {
-			warming = true
+			warming = append(warming, n)
 		}
 	}
-	if !warming {
+	if len(warming) == 0 {
 		return
 	}
 	var mean *costmodel.Coeffs
@@ -79,9 +78,7 @@ func (c *Cluster) priceWarming() {
 		m := MeanCoeffs(trusted)
 		mean = &m
 	}
-	for _, n := range nodes {
-		if !n.warmed() {
-			n.peer.Store(mean)
-		}
+	for _, n := range warming {
+		n.peer.Store(mean)
 	}
 }

@@ -94,7 +94,7 @@ func TestRecoveredNodeIsPricedAtItsPeersWhileItWarmsUp(t *testing.T) {
 		bad.Observe(reply(1+i%8, 1), time.Now())
 		c.Eligible(nil)
 		got := ref(bad.Coeffs())
-		if i < 9 && bad.warmed() {
+		if i < 9 && bad.toWarm() == 0 {
 			t.Fatalf("warmed after %d replies, want 10", i+1)
 		}
 		if i < 9 && (got < math.Min(peers, ref(*bad.coeffs.Load()))*0.999 || got > math.Max(peers, ref(*bad.coeffs.Load()))*1.001) {
@@ -102,8 +102,8 @@ func TestRecoveredNodeIsPricedAtItsPeersWhileItWarmsUp(t *testing.T) {
 		}
 		prev = got
 	}
-	if !bad.warmed() || prev != ref(*bad.coeffs.Load()) {
-		t.Errorf("after 10 replies: warmed %v, priced at %.4g s, own %.4g s", bad.warmed(), prev, ref(*bad.coeffs.Load()))
+	if bad.toWarm() != 0 || prev != ref(*bad.coeffs.Load()) {
+		t.Errorf("after 10 replies: warmed %v, priced at %.4g s, own %.4g s", bad.toWarm() == 0, prev, ref(*bad.coeffs.Load()))
 	}
 	if st := c.Status(); st[2].WarmingSamples != 0 {
 		t.Errorf("status after warm-up: warming %d, want 0", st[2].WarmingSamples)

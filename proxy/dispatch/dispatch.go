@@ -329,19 +329,19 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 			// rescue waits for the schedule (once, and no later than the last moment a copy still
 			// makes the deadline). A stalled or slow node overruns its schedule and is rescued
 			// then (and marked slow by the timer below).
-			before := math.Inf(1)
+			before, wait := math.Inf(1), time.Duration(0)
 			if now := time.Now(); !deferred {
 				if ahead := l.Node.Ahead(now); ahead > 0 {
-					if wait := min(time.Duration(ahead*float64(time.Second))+d.cfg.RescueMinLate, rescueBy.Sub(now)); wait > 0 {
-						deferred = true
+					if wait = min(time.Duration(ahead*float64(time.Second))+d.cfg.RescueMinLate, rescueBy.Sub(now)); wait > 0 {
 						before = ahead
-						rescueT.Reset(wait)
 					}
 				}
 			}
 			if l2 = d.placeRescue(ctx, *tried, b, before); l2 != nil {
 				inc(d.m.Rescues)
-			} else if deferred && !math.IsInf(before, 1) {
+			} else if !math.IsInf(before, 1) {
+				deferred = true
+				rescueT.Reset(wait)
 				rescueC = rescueT.C
 				inc(d.m.RescuesDeferred)
 			}
