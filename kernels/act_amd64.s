@@ -144,3 +144,249 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// AVX2 + FMA versions of the same kernels, for CPUs without AVX-512 (Zen 2/3, older Xeons):
+// eight lanes, the same Cephes polynomial and constants, which live in memory (AVX2 has 16
+// registers and no embedded broadcast). AVX2 has no VSCALEFPS: 2^n is built in the exponent
+// field as two factors 2^⌊n/2⌋ · 2^(n-⌊n/2⌋), each a normal number for every clamped n in
+// [-126, 128], so the product rounds once, as VSCALEFPS does. n is a multiple of 8 for all
+// three; the callers send tails through a padded copy.
+
+DATA expLo<>+0(SB)/4, $0xc2aeac50
+DATA expLo<>+4(SB)/4, $0xc2aeac50
+DATA expLo<>+8(SB)/4, $0xc2aeac50
+DATA expLo<>+12(SB)/4, $0xc2aeac50
+DATA expLo<>+16(SB)/4, $0xc2aeac50
+DATA expLo<>+20(SB)/4, $0xc2aeac50
+DATA expLo<>+24(SB)/4, $0xc2aeac50
+DATA expLo<>+28(SB)/4, $0xc2aeac50
+GLOBL expLo<>(SB), RODATA|NOPTR, $32
+
+DATA expHi<>+0(SB)/4, $0x42b17218
+DATA expHi<>+4(SB)/4, $0x42b17218
+DATA expHi<>+8(SB)/4, $0x42b17218
+DATA expHi<>+12(SB)/4, $0x42b17218
+DATA expHi<>+16(SB)/4, $0x42b17218
+DATA expHi<>+20(SB)/4, $0x42b17218
+DATA expHi<>+24(SB)/4, $0x42b17218
+DATA expHi<>+28(SB)/4, $0x42b17218
+GLOBL expHi<>(SB), RODATA|NOPTR, $32
+
+DATA expLog2e<>+0(SB)/4, $0x3fb8aa3b
+DATA expLog2e<>+4(SB)/4, $0x3fb8aa3b
+DATA expLog2e<>+8(SB)/4, $0x3fb8aa3b
+DATA expLog2e<>+12(SB)/4, $0x3fb8aa3b
+DATA expLog2e<>+16(SB)/4, $0x3fb8aa3b
+DATA expLog2e<>+20(SB)/4, $0x3fb8aa3b
+DATA expLog2e<>+24(SB)/4, $0x3fb8aa3b
+DATA expLog2e<>+28(SB)/4, $0x3fb8aa3b
+GLOBL expLog2e<>(SB), RODATA|NOPTR, $32
+
+DATA expLn2Hi<>+0(SB)/4, $0x3f318000
+DATA expLn2Hi<>+4(SB)/4, $0x3f318000
+DATA expLn2Hi<>+8(SB)/4, $0x3f318000
+DATA expLn2Hi<>+12(SB)/4, $0x3f318000
+DATA expLn2Hi<>+16(SB)/4, $0x3f318000
+DATA expLn2Hi<>+20(SB)/4, $0x3f318000
+DATA expLn2Hi<>+24(SB)/4, $0x3f318000
+DATA expLn2Hi<>+28(SB)/4, $0x3f318000
+GLOBL expLn2Hi<>(SB), RODATA|NOPTR, $32
+
+DATA expLn2Lo<>+0(SB)/4, $0xb95e8083
+DATA expLn2Lo<>+4(SB)/4, $0xb95e8083
+DATA expLn2Lo<>+8(SB)/4, $0xb95e8083
+DATA expLn2Lo<>+12(SB)/4, $0xb95e8083
+DATA expLn2Lo<>+16(SB)/4, $0xb95e8083
+DATA expLn2Lo<>+20(SB)/4, $0xb95e8083
+DATA expLn2Lo<>+24(SB)/4, $0xb95e8083
+DATA expLn2Lo<>+28(SB)/4, $0xb95e8083
+GLOBL expLn2Lo<>(SB), RODATA|NOPTR, $32
+
+DATA expP0<>+0(SB)/4, $0x39506967
+DATA expP0<>+4(SB)/4, $0x39506967
+DATA expP0<>+8(SB)/4, $0x39506967
+DATA expP0<>+12(SB)/4, $0x39506967
+DATA expP0<>+16(SB)/4, $0x39506967
+DATA expP0<>+20(SB)/4, $0x39506967
+DATA expP0<>+24(SB)/4, $0x39506967
+DATA expP0<>+28(SB)/4, $0x39506967
+GLOBL expP0<>(SB), RODATA|NOPTR, $32
+
+DATA expP1<>+0(SB)/4, $0x3ab743ce
+DATA expP1<>+4(SB)/4, $0x3ab743ce
+DATA expP1<>+8(SB)/4, $0x3ab743ce
+DATA expP1<>+12(SB)/4, $0x3ab743ce
+DATA expP1<>+16(SB)/4, $0x3ab743ce
+DATA expP1<>+20(SB)/4, $0x3ab743ce
+DATA expP1<>+24(SB)/4, $0x3ab743ce
+DATA expP1<>+28(SB)/4, $0x3ab743ce
+GLOBL expP1<>(SB), RODATA|NOPTR, $32
+
+DATA expP2<>+0(SB)/4, $0x3c088908
+DATA expP2<>+4(SB)/4, $0x3c088908
+DATA expP2<>+8(SB)/4, $0x3c088908
+DATA expP2<>+12(SB)/4, $0x3c088908
+DATA expP2<>+16(SB)/4, $0x3c088908
+DATA expP2<>+20(SB)/4, $0x3c088908
+DATA expP2<>+24(SB)/4, $0x3c088908
+DATA expP2<>+28(SB)/4, $0x3c088908
+GLOBL expP2<>(SB), RODATA|NOPTR, $32
+
+DATA expP3<>+0(SB)/4, $0x3d2aa9c1
+DATA expP3<>+4(SB)/4, $0x3d2aa9c1
+DATA expP3<>+8(SB)/4, $0x3d2aa9c1
+DATA expP3<>+12(SB)/4, $0x3d2aa9c1
+DATA expP3<>+16(SB)/4, $0x3d2aa9c1
+DATA expP3<>+20(SB)/4, $0x3d2aa9c1
+DATA expP3<>+24(SB)/4, $0x3d2aa9c1
+DATA expP3<>+28(SB)/4, $0x3d2aa9c1
+GLOBL expP3<>(SB), RODATA|NOPTR, $32
+
+DATA expP4<>+0(SB)/4, $0x3e2aaaaa
+DATA expP4<>+4(SB)/4, $0x3e2aaaaa
+DATA expP4<>+8(SB)/4, $0x3e2aaaaa
+DATA expP4<>+12(SB)/4, $0x3e2aaaaa
+DATA expP4<>+16(SB)/4, $0x3e2aaaaa
+DATA expP4<>+20(SB)/4, $0x3e2aaaaa
+DATA expP4<>+24(SB)/4, $0x3e2aaaaa
+DATA expP4<>+28(SB)/4, $0x3e2aaaaa
+GLOBL expP4<>(SB), RODATA|NOPTR, $32
+
+DATA expP5<>+0(SB)/4, $0x3f000000
+DATA expP5<>+4(SB)/4, $0x3f000000
+DATA expP5<>+8(SB)/4, $0x3f000000
+DATA expP5<>+12(SB)/4, $0x3f000000
+DATA expP5<>+16(SB)/4, $0x3f000000
+DATA expP5<>+20(SB)/4, $0x3f000000
+DATA expP5<>+24(SB)/4, $0x3f000000
+DATA expP5<>+28(SB)/4, $0x3f000000
+GLOBL expP5<>(SB), RODATA|NOPTR, $32
+
+DATA expOne<>+0(SB)/4, $0x3f800000
+DATA expOne<>+4(SB)/4, $0x3f800000
+DATA expOne<>+8(SB)/4, $0x3f800000
+DATA expOne<>+12(SB)/4, $0x3f800000
+DATA expOne<>+16(SB)/4, $0x3f800000
+DATA expOne<>+20(SB)/4, $0x3f800000
+DATA expOne<>+24(SB)/4, $0x3f800000
+DATA expOne<>+28(SB)/4, $0x3f800000
+GLOBL expOne<>(SB), RODATA|NOPTR, $32
+
+DATA exp127<>+0(SB)/4, $0x0000007f
+DATA exp127<>+4(SB)/4, $0x0000007f
+DATA exp127<>+8(SB)/4, $0x0000007f
+DATA exp127<>+12(SB)/4, $0x0000007f
+DATA exp127<>+16(SB)/4, $0x0000007f
+DATA exp127<>+20(SB)/4, $0x0000007f
+DATA exp127<>+24(SB)/4, $0x0000007f
+DATA exp127<>+28(SB)/4, $0x0000007f
+GLOBL exp127<>(SB), RODATA|NOPTR, $32
+
+DATA negInf<>+0(SB)/4, $0xff800000
+DATA negInf<>+4(SB)/4, $0xff800000
+DATA negInf<>+8(SB)/4, $0xff800000
+DATA negInf<>+12(SB)/4, $0xff800000
+DATA negInf<>+16(SB)/4, $0xff800000
+DATA negInf<>+20(SB)/4, $0xff800000
+DATA negInf<>+24(SB)/4, $0xff800000
+DATA negInf<>+28(SB)/4, $0xff800000
+GLOBL negInf<>(SB), RODATA|NOPTR, $32
+
+// EXP8(in, out, t, s) leaves exp(in) in out (in is clobbered; t and s are temporaries).
+#define EXP8(in, out, t, s) \
+	VMAXPS expLo<>(SB), in, in \
+	VMINPS expHi<>(SB), in, in \
+	VMULPS expLog2e<>(SB), in, t \
+	VROUNDPS $0, t, t \
+	VFNMADD231PS expLn2Hi<>(SB), t, in \
+	VFNMADD231PS expLn2Lo<>(SB), t, in \
+	VMOVUPS expP0<>(SB), out \
+	VFMADD213PS expP1<>(SB), in, out \
+	VFMADD213PS expP2<>(SB), in, out \
+	VFMADD213PS expP3<>(SB), in, out \
+	VFMADD213PS expP4<>(SB), in, out \
+	VFMADD213PS expP5<>(SB), in, out \
+	VMULPS in, in, s \
+	VFMADD213PS in, s, out \
+	VADDPS expOne<>(SB), out, out \
+	VCVTPS2DQ t, t \
+	VPSRAD $1, t, s \
+	VPSUBD s, t, t \
+	VPADDD exp127<>(SB), s, s \
+	VPSLLD $23, s, s \
+	VPADDD exp127<>(SB), t, t \
+	VPSLLD $23, t, t \
+	VMULPS s, out, out \
+	VMULPS t, out, out
+
+// func expScaleSumAVX2(x *float32, n int, scale, sub float32, sum *[8]float32)
+// x[i] = exp(x[i]·scale - sub) for i < n (a multiple of 8); *sum = the 8 lane sums.
+TEXT ·expScaleSumAVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS scale+16(FP), Y6
+	VBROADCASTSS sub+20(FP), Y7
+	MOVQ sum+24(FP), DI
+	VXORPS Y8, Y8, Y8
+	SHRQ $3, CX
+	JZ   done
+loop:
+	VMOVUPS (SI), Y0
+	VMULPS Y6, Y0, Y0
+	VSUBPS Y7, Y0, Y0
+	EXP8(Y0, Y1, Y2, Y3)
+	VMOVUPS Y1, (SI)
+	VADDPS Y1, Y8, Y8
+	ADDQ $32, SI
+	DECQ CX
+	JNZ  loop
+done:
+	VMOVUPS Y8, (DI)
+	VZEROUPPER
+	RET
+
+// func maxAVX2(x *float32, n int, out *[8]float32)
+// *out = the 8 lane maxima of x[:n] (n a multiple of 8; -Inf for n = 0).
+TEXT ·maxAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ out+16(FP), DI
+	VMOVUPS negInf<>(SB), Y0
+	SHRQ $3, CX
+	JZ   done
+loop:
+	VMAXPS (SI), Y0, Y0
+	ADDQ $32, SI
+	DECQ CX
+	JNZ  loop
+done:
+	VMOVUPS Y0, (DI)
+	VZEROUPPER
+	RET
+
+// func siluMulAVX2(dst, gate, up *float32, n int)
+// dst[i] = gate[i]·up[i] / (1 + exp(-gate[i])) for i < n (a multiple of 8).
+TEXT ·siluMulAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ gate+8(FP), SI
+	MOVQ up+16(FP), DX
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JZ   done
+loop:
+	VMOVUPS (SI), Y5
+	VMULPS (DX), Y5, Y4
+	VXORPS Y0, Y0, Y0
+	VSUBPS Y5, Y0, Y0
+	EXP8(Y0, Y1, Y2, Y3)
+	VADDPS expOne<>(SB), Y1, Y1
+	VDIVPS Y1, Y4, Y4
+	VMOVUPS Y4, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  loop
+done:
+	VZEROUPPER
+	RET

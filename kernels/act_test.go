@@ -36,7 +36,23 @@ func actInputs() [][]float32 {
 	return append(out, ext)
 }
 
-func TestSiLUMul(t *testing.T) {
+// forEachActWidth runs f once per elementwise implementation this CPU (and build) can run:
+// generic, AVX2 and AVX-512, each as the dispatch would pick it on a CPU of that level.
+func forEachActWidth(t *testing.T, f func(t *testing.T)) {
+	for _, c := range availableImpls() {
+		if c.dot || c.isa > isaAVX512 {
+			continue // the elementwise kernels have no bf16 or AMX variant
+		}
+		t.Run(c.name, func(t *testing.T) {
+			useImpl(t, c)
+			f(t)
+		})
+	}
+}
+
+func TestSiLUMul(t *testing.T) { forEachActWidth(t, testSiLUMul) }
+
+func testSiLUMul(t *testing.T) {
 	for _, g := range actInputs() {
 		u := make([]float32, len(g))
 		for i := range u {
@@ -63,7 +79,9 @@ func TestSiLUMul(t *testing.T) {
 	}
 }
 
-func TestSoftmax(t *testing.T) {
+func TestSoftmax(t *testing.T) { forEachActWidth(t, testSoftmax) }
+
+func testSoftmax(t *testing.T) {
 	for _, x := range actInputs() {
 		for _, shift := range []float32{0, 1000, -1000} {
 			in := make([]float32, len(x))
@@ -88,7 +106,9 @@ func TestSoftmax(t *testing.T) {
 	}
 }
 
-func TestMaxF32(t *testing.T) {
+func TestMaxF32(t *testing.T) { forEachActWidth(t, testMaxF32) }
+
+func testMaxF32(t *testing.T) {
 	for _, x := range actInputs() {
 		want := float32(math.Inf(-1))
 		for _, v := range x {
@@ -96,6 +116,34 @@ func TestMaxF32(t *testing.T) {
 		}
 		if got := maxF32(x); got != want {
 			t.Errorf("n=%d: max %v, want %v", len(x), got, want)
+		}
+	}
+}
+
+// TestExpScaleSum: every exponential within 2 ulp of the float64 one (values that underflow
+// only need to be tiny), the sum within float32 rounding of the float64 sum, on every length
+// class around the lanes.
+func TestExpScaleSum(t *testing.T) { forEachActWidth(t, testExpScaleSum) }
+
+func testExpScaleSum(t *testing.T) {
+	for _, x := range actInputs() {
+		for _, c := range []struct{ scale, sub float32 }{{1, 0}, {0.125, 3}, {1, -2}} {
+			got := append([]float32(nil), x...)
+			s := expScaleSum(got, c.scale, c.sub)
+			var want float64
+			for i, v := range x {
+				e := float32(math.Exp(float64(v*c.scale - c.sub)))
+				want += float64(got[i])
+				if math.IsInf(float64(e), 1) {
+					continue // beyond the clamp: finite there, by design
+				}
+				if ulpDiff(got[i], e) > 2 && math.Abs(float64(got[i]-e)) > 1e-37 {
+					t.Fatalf("n=%d scale %v sub %v: exp(%v) = %v, want %v", len(x), c.scale, c.sub, v*c.scale-c.sub, got[i], e)
+				}
+			}
+			if d := math.Abs(float64(s) - want); d > 1e-5*math.Max(want, 1) {
+				t.Fatalf("n=%d scale %v sub %v: sum %v, want %v", len(x), c.scale, c.sub, s, want)
+			}
 		}
 	}
 }

@@ -230,6 +230,10 @@ func TestAttentionPastIsTheSequencesOwnStart(t *testing.T) {
 // multiple of the 16 lanes) through SiLUMul one at a time and several at once, from every row
 // offset: each value must have the same bits.
 func TestSiLUMulValueIsIndependentOfSlice(t *testing.T) {
+	forEachActWidth(t, testSiLUMulValueIsIndependentOfSlice)
+}
+
+func testSiLUMulValueIsIndependentOfSlice(t *testing.T) {
 	const width, rows = 40, 7
 	rng := rand.New(rand.NewPCG(14, 8))
 	g, u := randVec(rng, width*rows), randVec(rng, width*rows)

@@ -10,7 +10,7 @@ func scaleMulAVX512(dst, x, w *float32, n int, s float32)
 
 // rmsNormRowAsm normalises one row with AVX-512; false when it is not available.
 func rmsNormRowAsm(dst, x, w []float32, eps float32) bool {
-	if !haveActAsm() || len(w) == 0 {
+	if !haveAVX512Elementwise() || len(w) == 0 {
 		return false
 	}
 	n := len(w)
