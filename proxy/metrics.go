@@ -18,6 +18,7 @@ type metrics struct {
 	hedgeWins       prometheus.Counter
 	rescues         prometheus.Counter
 	rescuesDeferred prometheus.Counter
+	copiesRefused   *prometheus.CounterVec
 	requestRatio    prometheus.Histogram
 	rejected        *prometheus.CounterVec
 }
@@ -69,6 +70,10 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 			Name: "relevance_proxy_rescues_deferred_total",
 			Help: "Overdue batches whose rescue waited because their node was still within the schedule of all the work charged to it (a node merges queued batches into one pass).",
 		}),
+		copiesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relevance_proxy_copies_refused_total",
+			Help: "Straggling batches whose hedge or rescue was due but sent nowhere, by kind (hedge, rescue, slow: the rescue when the call is counted slow) and reason (no_node: none eligible; deadline: the best node could not finish before the deadline; not_sooner: no node would finish it before the straggler's own schedule or work ahead; budget: the retry budget was spent).",
+		}, []string{"kind", "reason"}),
 		requestRatio: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "relevance_proxy_request_projection_ratio",
 			Help:    "An admitted request's time from planning to its last batch's answer over the plan's projected finish (admission's error at the request level; requests whose nodes had not learned their cost yet are left out).",
@@ -91,7 +96,7 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 		}
 		return p.admitter.Margin()
 	})
-	cs := []prometheus.Collector{m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.rescuesDeferred, m.requestRatio, m.rejected, margin, p.cluster.Collector()}
+	cs := []prometheus.Collector{m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.rescuesDeferred, m.copiesRefused, m.requestRatio, m.rejected, margin, p.cluster.Collector()}
 	if c := p.cache; c != nil {
 		counter := func(name, help string, v func(scorecache.Stats) uint64) prometheus.Collector {
 			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(c.Stats())) })

@@ -235,6 +235,10 @@ func TestBatchLateOnlyByMergingIsNotRescued(t *testing.T) {
 	if got := testutil.ToFloat64(p.m.rescuesDeferred); got < 1 {
 		t.Errorf("rescues_deferred_total = %v, want ≥ 1 (the short batch's rescue waited)", got)
 	}
+	// Why no copy went out is counted by reason: the other node would not finish it sooner.
+	if got := testutil.ToFloat64(p.m.copiesRefused.WithLabelValues("rescue", "not_sooner")); got < 1 {
+		t.Errorf(`copies_refused_total{kind="rescue",reason="not_sooner"} = %v, want ≥ 1`, got)
+	}
 }
 
 // TestBatchLateByMergingIsCopiedWhereItFinishesFirst: the same batch is copied when another node

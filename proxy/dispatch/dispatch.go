@@ -88,8 +88,11 @@ type Config struct {
 
 // Metrics are what dispatch records; nil fields record nothing.
 type Metrics struct {
-	Retries, Hedges, HedgeWins   prometheus.Counter
-	Rescues, RescuesDeferred     prometheus.Counter
+	Retries, Hedges, HedgeWins prometheus.Counter
+	Rescues, RescuesDeferred   prometheus.Counter
+	// CopiesRefused counts hedges and rescues that were due but placed nowhere, by kind and
+	// reason (labels "kind", "reason"); nil: not counted.
+	CopiesRefused                *prometheus.CounterVec
 	BatchDuration, EstimateRatio prometheus.Observer
 }
 
@@ -337,7 +340,7 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 					}
 				}
 			}
-			if l2 = d.placeRescue(ctx, *tried, b, before); l2 != nil {
+			if l2 = d.placeRescue(ctx, "rescue", *tried, b, before); l2 != nil {
 				inc(d.m.Rescues)
 			} else if !math.IsInf(before, 1) {
 				deferred = true
@@ -352,7 +355,7 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 			if slow1.CompareAndSwap(false, true) {
 				d.cluster.ReportSlow(l.Node, time.Now(), d.cfg.SlowFactor)
 			}
-			l2 = d.placeRescue(ctx, *tried, b, math.Inf(1))
+			l2 = d.placeRescue(ctx, "slow", *tried, b, math.Inf(1))
 		}
 	}
 	*tried = append(*tried, l2.Node)
@@ -389,29 +392,40 @@ func fitsDeadline(ctx context.Context, l *plan.Lease) bool {
 // work ahead than the straggler was expected to take (expected seconds), it can finish before the
 // deadline, and the retry budget allows.
 func (d *Dispatcher) placeHedge(ctx context.Context, exclude []*cluster.Node, b *plan.Batch, expected float64) *plan.Lease {
-	l := d.placer.Place(b.Work(), exclude)
-	if l == nil {
-		return nil
-	}
-	if l.Start >= expected || !fitsDeadline(ctx, l) || !d.budget.take() {
-		l.Release()
-		return nil
-	}
-	return l
+	return d.placeCopy(ctx, "hedge", exclude, b, func(l *plan.Lease) bool { return l.Start < expected })
 }
 
 // placeRescue places a second copy of a slow batch through the placer, if it can finish before
 // the deadline and within before seconds from now, and the retry budget allows.
-func (d *Dispatcher) placeRescue(ctx context.Context, exclude []*cluster.Node, b *plan.Batch, before float64) *plan.Lease {
+func (d *Dispatcher) placeRescue(ctx context.Context, kind string, exclude []*cluster.Node, b *plan.Batch, before float64) *plan.Lease {
+	return d.placeCopy(ctx, kind, exclude, b, func(l *plan.Lease) bool { return l.Finish < before })
+}
+
+// placeCopy places a second copy of b (a hedge or a rescue: kind) through the placer and keeps it
+// when sooner accepts it, it can finish before the deadline and the retry budget has a token; a
+// copy refused is counted by its reason.
+func (d *Dispatcher) placeCopy(ctx context.Context, kind string, exclude []*cluster.Node, b *plan.Batch, sooner func(*plan.Lease) bool) *plan.Lease {
 	l := d.placer.Place(b.Work(), exclude)
-	if l == nil {
-		return nil
+	reason := ""
+	switch {
+	case l == nil:
+		reason = "no_node"
+	case !fitsDeadline(ctx, l):
+		reason = "deadline"
+	case !sooner(l):
+		reason = "not_sooner"
+	case !d.budget.take():
+		reason = "budget"
+	default:
+		return l
 	}
-	if !fitsDeadline(ctx, l) || !(l.Finish < before) || !d.budget.take() {
+	if l != nil {
 		l.Release()
-		return nil
 	}
-	return l
+	if d.m.CopiesRefused != nil {
+		d.m.CopiesRefused.WithLabelValues(kind, reason).Inc()
+	}
+	return nil
 }
 
 // rescueAfter is when an unanswered call on lease l is rescued (see the package doc), counted
