@@ -2,7 +2,10 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -154,4 +157,43 @@ func TestAdmittedRequestsReportTheirProjectionError(t *testing.T) {
 		return
 	}
 	t.Fatal("relevance_proxy_request_projection_ratio not exported")
+}
+
+// TestBurstIsAdmittedOnlyAsFarAsTheBudgetGoes: requests arriving at the same moment each see the
+// others' batches in their projection, so a burst larger than the cluster can serve within the
+// budget is cut at admission (429 at once), and every admitted request is answered.
+func TestBurstIsAdmittedOnlyAsFarAsTheBudgetGoes(t *testing.T) {
+	coeffs := costmodel.Coeffs{A: 1e-6, C: 0.3} // every batch 0.3 s; one per node per request
+	nodes := startNodes(t, 2, fakenode.Options{Coeffs: coeffs})
+	cfg := testConfig(nodes.Addrs())
+	cfg.Cost.Prior = coeffs
+	cfg.Split.MaxBatchItems = 1
+	cfg.Admission.MinSamples = 0
+	cfg.Admission.MarginQuantile = 0
+	cfg.Admission.Replan = false
+	p, _ := startProxy(t, cfg)
+	const burst = 8
+	var admitted, rejected, failed atomic.Int32
+	var wg sync.WaitGroup
+	for i := range burst {
+		wg.Go(func() {
+			req := &relevancev1.ScoreRequest{Query: fmt.Sprintf("burst %d", i), TimeoutMs: 1000,
+				Items: []*relevancev1.Item{{Text: "first item"}, {Text: "second item"}}}
+			_, err := p.Score(context.Background(), req)
+			switch status.Code(err) {
+			case codes.OK:
+				admitted.Add(1)
+			case codes.ResourceExhausted:
+				rejected.Add(1)
+			default:
+				failed.Add(1)
+				t.Errorf("request %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	// Three requests fit 1 s on two nodes at 0.3 s a batch (finishing at 0.3, 0.6, 0.9 s).
+	if a := admitted.Load(); a > 3 || a < 1 || failed.Load() != 0 {
+		t.Errorf("admitted %d, rejected %d, failed %d of %d: want at most the 3 that fit, the rest refused at once", a, rejected.Load(), failed.Load(), burst)
+	}
 }

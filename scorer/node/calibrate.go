@@ -26,14 +26,16 @@ type calShape struct{ queryWords, items, itemTokens int }
 
 // calShapes is one round of the calibration design, cheapest first. It separates the three
 // terms: a tiny pass (mostly the per-batch c), many short items (the per-token a), a long prefix
-// and a long item (the attended pairs, b). Passes are small so that the warm-up and one round
-// fit the default budget on one slow, shared core (the small preset runs ~700 tokens a second
-// there, and ~50 ms per pass).
+// and a long item (the attended pairs, b). Passes are small so that the warm-up and a few rounds
+// fit the default budget on one slow, shared core (the small preset runs ~1,400 tokens a second
+// there). The long item is 384 tokens: at 192 the attended pairs were a few per cent of the
+// pass once attention got fast (AVX2 exp), within the timing noise, and the fit set b to 0 on
+// the `make run` nodes; at 384 it found b = 2.9e-7 and 4.1e-7 s/pair on the two nodes.
 var calShapes = []calShape{
 	{2, 1, 16},
 	{2, 8, 24},
 	{120, 2, 24},
-	{2, 1, 192},
+	{2, 1, 384},
 }
 
 const (
