@@ -213,6 +213,11 @@ type CostConfig struct {
 	// gets the replies that would correct it. 0: a node's own model from its first reply.
 	// Default 10.
 	WarmSamples int `yaml:"warm_samples" json:"warm_samples"`
+	// Prime sends every scorer node that becomes healthy one tiny batch, whose reply brings the
+	// node's calibrated cost model before the first request: admission then trusts projections
+	// from the first request instead of admitting everything until each node has answered one.
+	// Default true.
+	Prime *bool `yaml:"prime" json:"prime"`
 }
 
 // LimitsConfig bounds requests.
@@ -263,6 +268,7 @@ func DefaultConfig() Config {
 			Prior:       DefaultPrior,
 			Forgetting:  0.99,
 			WarmSamples: 10,
+			Prime:       new(true),
 		},
 		Model:            ModelConfig{Aliases: []string{"rerank"}},
 		Cache:            CacheConfig{BudgetBytes: 64 << 20, TTL: 10 * time.Minute},

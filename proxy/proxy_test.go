@@ -51,6 +51,9 @@ func testConfig(addrs []string) Config {
 	// The fake nodes are fast (tens of microseconds per token, about a millisecond per batch):
 	// start near them, not at the default small model's calibrated CPU cost.
 	cfg.Cost.Prior = costmodel.Coeffs{A: 2e-5, B: 2e-9, C: 1e-3}
+	// No priming batch: tests count the nodes' calls and script their timing from the first
+	// call (TestNodesArePrimedWithTheirCostModel turns it on).
+	cfg.Cost.Prime = new(false)
 	return cfg
 }
 

@@ -54,6 +54,11 @@ type Config struct {
 	// WarmSamples is how many replies a node that joined or came back learns from before its
 	// own model prices it alone (see Node.Coeffs); 0: from the first.
 	WarmSamples int
+	// Prime sends each scorer node that becomes healthy one tiny batch, so that its reply brings
+	// the node's calibrated cost model (and its calibration passes as samples) before any
+	// request needs it: without it, admission trusts no projection until every node has
+	// answered a request, and a fresh cluster's first burst is admitted blind.
+	Prime bool
 }
 
 // BreakerConfig configures the per-node circuit breakers.
