@@ -101,7 +101,8 @@ func maxAsm(x []float32) (int, float32) {
 // tail to the generic math.Exp made a value's bits depend on where it fell in the slice, and
 // callers pass several rows (or a column block of one) at once: with widths that are not a
 // multiple of the lanes (a Qwen2-MoE shared expert of 40) a row's activations depended on how
-// many rows shared the call.
+// many rows shared the call. (The two widths are spelled out: through a func value the
+// assembly's noescape is lost and the padded arrays would move to the heap on every call.)
 func siluMulAsm(dst, gate, up []float32) int {
 	n := len(gate)
 	if activeISA() >= isaAVX512 {
