@@ -167,7 +167,7 @@ func burstCase(t *testing.T, prime bool, minSamples int) (*Proxy, fakenode.Clust
 	nodes := startNodes(t, 2, fakenode.Options{Coeffs: coeffs})
 	cfg := testConfig(nodes.Addrs())
 	cfg.Cost.Prior = coeffs
-	cfg.Cost.Prime = new(prime)
+	cfg.Cost.Prime = prime
 	cfg.Split.MaxBatchItems = 1
 	cfg.Admission.MinSamples = minSamples
 	cfg.Admission.MarginQuantile = 0

@@ -217,7 +217,7 @@ type CostConfig struct {
 	// node's calibrated cost model before the first request: admission then trusts projections
 	// from the first request instead of admitting everything until each node has answered one.
 	// Default true.
-	Prime *bool `yaml:"prime" json:"prime"`
+	Prime bool `yaml:"prime" json:"prime"`
 }
 
 // LimitsConfig bounds requests.
@@ -268,7 +268,7 @@ func DefaultConfig() Config {
 			Prior:       DefaultPrior,
 			Forgetting:  0.99,
 			WarmSamples: 10,
-			Prime:       new(true),
+			Prime:       true,
 		},
 		Model:            ModelConfig{Aliases: []string{"rerank"}},
 		Cache:            CacheConfig{BudgetBytes: 64 << 20, TTL: 10 * time.Minute},

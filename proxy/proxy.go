@@ -88,7 +88,7 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 		Prior:       cfg.Cost.Prior,
 		Forgetting:  cfg.Cost.Forgetting,
 		WarmSamples: cfg.Cost.WarmSamples,
-		Prime:       cfg.Cost.Prime == nil || *cfg.Cost.Prime,
+		Prime:       cfg.Cost.Prime,
 	}, log)
 	if cfg.Cache.BudgetBytes > 0 {
 		p.cache = scorecache.New(cfg.Cache.BudgetBytes, cfg.Cache.TTL, nil)

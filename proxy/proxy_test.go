@@ -53,7 +53,7 @@ func testConfig(addrs []string) Config {
 	cfg.Cost.Prior = costmodel.Coeffs{A: 2e-5, B: 2e-9, C: 1e-3}
 	// No priming batch: tests count the nodes' calls and script their timing from the first
 	// call (TestNodesArePrimedWithTheirCostModel turns it on).
-	cfg.Cost.Prime = new(false)
+	cfg.Cost.Prime = false
 	return cfg
 }
 

@@ -359,13 +359,9 @@ func (n *Node) watchHealth(ctx context.Context, changed func()) {
 	var primes sync.WaitGroup
 	defer primes.Wait()
 	set := func(v bool) {
+		// Regaining health unseeds the node (setHealthy): the prime's reply seeds it again.
 		if n.setHealthy(v, changed) && n.prime {
-			n.learnMu.Lock()
-			seeded := n.seeded
-			n.learnMu.Unlock()
-			if !seeded {
-				primes.Go(func() { n.primeCostModel(ctx) })
-			}
+			primes.Go(func() { n.primeCostModel(ctx) })
 		}
 	}
 	for ctx.Err() == nil {
