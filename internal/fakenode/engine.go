@@ -38,6 +38,7 @@ type script struct {
 	opts Options
 
 	batches atomic.Int64 // groups scored by passes that completed
+	passes  atomic.Int64 // passes that completed
 	items   atomic.Int64
 
 	mu          sync.Mutex
@@ -111,6 +112,9 @@ func (e *ScriptedEngine) SetHang(on bool) {
 
 // Batches is the number of groups scored by passes that completed.
 func (e *ScriptedEngine) Batches() int64 { return e.s.batches.Load() }
+
+// Passes is the number of passes that completed: fewer than Batches where the node merged.
+func (e *ScriptedEngine) Passes() int64 { return e.s.passes.Load() }
 
 // Items is the number of items scored by passes that completed.
 func (e *ScriptedEngine) Items() int64 { return e.s.items.Load() }
@@ -251,6 +255,7 @@ func (e *ScriptedEngine) Forward(ctx context.Context, groups []*scorer.Group) (s
 		s.items.Add(int64(len(g.Items)))
 	}
 	s.batches.Add(int64(len(groups)))
+	s.passes.Add(1)
 	st.Duration = d
 	st.Features = e.CostFeatures(groups)
 	return st, nil

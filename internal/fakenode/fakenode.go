@@ -209,6 +209,10 @@ func (n *Node) Calls() int64 { return n.calls.Load() }
 // Batches is the number of batches scored (by passes that completed).
 func (n *Node) Batches() int64 { return n.engine.Batches() }
 
+// Passes is the number of forward passes that completed: fewer than Batches where the node
+// merged queued batches into one pass.
+func (n *Node) Passes() int64 { return n.engine.Passes() }
+
 // Items is the number of items scored (by passes that completed).
 func (n *Node) Items() int64 { return n.engine.Items() }
 

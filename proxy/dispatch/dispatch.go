@@ -501,7 +501,15 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slo
 		l.Done(verdict)
 	}
 	now := time.Now()
-	d.outlier(ctx, l, err, el, slow, now, t0)
+	// What the projection is judged on: the latency less what the node added by merging the
+	// batch into a longer pass (or plus what merging saved it). The node merges only where every
+	// deadline in the pass still holds, so that delay is no error of the plan's: counted, it
+	// would widen admission's margin and make a node that merges a lot look slow.
+	judged := el - time.Duration(resp.GetStats().GetMergeDelaySeconds()*float64(time.Second))
+	if err != nil || judged <= 0 {
+		judged = el
+	}
+	d.outlier(ctx, l, err, judged, slow, now, t0)
 	switch {
 	case err == nil:
 		n.Succeeded()
@@ -512,9 +520,10 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slo
 			n.ObserveLatency(l.Features, el.Seconds(), items, l.Alone)
 		}
 		n.Remember(b.PrefixKey, resp.GetStats().GetPrefixCached())
+		b.LearnTokens(resp)
 		observe(d.m.BatchDuration, el.Seconds())
 		if !slow.Load() {
-			d.record(l, el)
+			d.record(l, judged)
 		}
 		pred := l.Predicted
 		if resp.GetStats().GetPrefixCached() {

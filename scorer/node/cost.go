@@ -1,6 +1,8 @@
 package node
 
 import (
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +34,11 @@ type costModel struct {
 	// base is the passes the start was measured on (the calibration's), counted in Samples: a
 	// proxy trusts a node's projections once its model rests on enough measured passes.
 	base int
+	// errs holds the last passes' measured ÷ estimated seconds (guarded by mu): the model's own
+	// error, whose high quantile is the merge decision's margin.
+	errs  [64]float64
+	errN  int
+	errBy []float64 // scratch for the quantile
 }
 
 // costSnapshot is the cost model at one moment.
@@ -40,14 +47,21 @@ type costSnapshot struct {
 	Source      string // CostSourceCalibrated or the engine's prior source
 	Samples     int    // passes measured since start-up: calibration passes, then every pass
 	Calibration calibration
+	// Margin is what an estimate is stretched by where a late finish costs a deadline: the 95th
+	// percentile of the last passes' measured ÷ estimated seconds, in [1, 2]; 1 until
+	// marginMinPasses passes were measured.
+	Margin float64
 }
+
+// marginMinPasses is how many passes the error window needs before its quantile is used.
+const marginMinPasses = 16
 
 func newCostModel(start costmodel.Coeffs, source string, cal calibration) *costModel {
 	m := &costModel{l: costmodel.NewLearner(start, learnForgetting)}
 	if source == CostSourceCalibrated {
 		m.base = cal.Passes
 	}
-	m.snap.Store(&costSnapshot{Coeffs: start, Source: source, Samples: m.base, Calibration: cal})
+	m.snap.Store(&costSnapshot{Coeffs: start, Source: source, Samples: m.base, Calibration: cal, Margin: 1})
 	return m
 }
 
@@ -57,13 +71,27 @@ func (m *costModel) seconds(f costmodel.Features) float64 { return m.snap.Load()
 // snapshot is the current state.
 func (m *costModel) snapshot() costSnapshot { return *m.snap.Load() }
 
-// observe learns from one forward pass that did f's work in seconds.
-func (m *costModel) observe(f costmodel.Features, seconds float64) {
+// margin is the current Margin (see costSnapshot).
+func (m *costModel) margin() float64 { return m.snap.Load().Margin }
+
+// observe learns from one forward pass that did f's work in seconds, estimated at est seconds
+// when it was taken (≤ 0: no estimate, the error window is left alone).
+func (m *costModel) observe(f costmodel.Features, seconds, est float64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.l.Observe(f, seconds)
 	s := *m.snap.Load()
 	s.Coeffs, s.Samples = m.l.Coeffs(), m.base+m.l.Samples()
+	if est > 0 && seconds > 0 {
+		m.errs[m.errN%len(m.errs)] = seconds / est
+		m.errN++
+		if m.errN >= marginMinPasses {
+			m.errBy = append(m.errBy[:0], m.errs[:min(m.errN, len(m.errs))]...)
+			slices.Sort(m.errBy)
+			q := m.errBy[int(math.Ceil(0.95*float64(len(m.errBy))))-1]
+			s.Margin = min(2, max(1, q))
+		}
+	}
 	m.snap.Store(&s)
 }
 
@@ -95,6 +123,9 @@ type CostModelStatus struct {
 	CalibrationMaxRelErr float64 `json:"calibration_max_rel_err,omitempty"`
 	// CalibrationError says why the calibration's fit was not used, if it was not.
 	CalibrationError string `json:"calibration_error,omitempty"`
+	// MergeMargin is what the merge decision stretches estimates by: the 95th percentile of the
+	// last passes' measured ÷ estimated seconds, in [1, 2].
+	MergeMargin float64 `json:"merge_margin"`
 }
 
 func (s costSnapshot) status() *CostModelStatus {
@@ -104,6 +135,7 @@ func (s costSnapshot) status() *CostModelStatus {
 		CalibrationSeconds:   s.Calibration.Took.Seconds(),
 		CalibrationPasses:    s.Calibration.Passes,
 		CalibrationMaxRelErr: s.Calibration.Fit.MaxRelErr,
+		MergeMargin:          s.Margin,
 	}
 	if s.Calibration.Err != nil {
 		st.CalibrationError = s.Calibration.Err.Error()

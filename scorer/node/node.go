@@ -742,14 +742,15 @@ func (n *Node) reply(req *pb.ScoreBatchRequest, g *scorer.Group, r passResult, i
 		resp.Load.CostModel = c.snapshot().proto()
 	}
 	resp.Stats = &pb.BatchStats{
-		QueueSeconds:   r.queueWait.Seconds(),
-		ComputeSeconds: r.compute.Seconds(),
-		PrefixTokens:   uint32(P),
-		PrefixCached:   g.PrefixCached,
-		ItemTokens:     resp.Usage.ItemTokens,
-		MergedBatches:  uint32(r.merged),
-		ForwardTokens:  uint64(r.forwardTokens),
-		ForwardSeconds: r.forward.Seconds(),
+		QueueSeconds:      r.queueWait.Seconds(),
+		ComputeSeconds:    r.compute.Seconds(),
+		PrefixTokens:      uint32(P),
+		PrefixCached:      g.PrefixCached,
+		ItemTokens:        resp.Usage.ItemTokens,
+		MergedBatches:     uint32(r.merged),
+		ForwardTokens:     uint64(r.forwardTokens),
+		ForwardSeconds:    r.forward.Seconds(),
+		MergeDelaySeconds: r.mergeDelay.Seconds(),
 	}
 	return resp
 }

@@ -20,10 +20,14 @@ import (
 
 // job is one ScoreBatch call's group waiting for (or in) a forward pass.
 type job struct {
-	ctx      context.Context
-	group    *scorer.Group
-	tokens   int     // prefix + item tokens: its weight in a merged pass
-	est      float64 // the cost model's estimate for the group alone at submit, seconds
+	ctx    context.Context
+	group  *scorer.Group
+	tokens int     // prefix + item tokens: its weight in a merged pass
+	est    float64 // the cost model's estimate for the group alone at submit, seconds
+	// seqEst is, once the job is taken into a pass, the estimated seconds from the pass's start
+	// until the job would have been answered had the pass's jobs run one after another in queue
+	// order: the baseline of its merge delay.
+	seqEst   float64
 	enqueued time.Time
 	done     chan passResult // buffered: the worker never blocks on a caller that has gone
 }
@@ -36,6 +40,9 @@ type passResult struct {
 	forward       time.Duration
 	forwardTokens int
 	merged        int
+	// mergeDelay is how much later the job was answered than had the pass's jobs run one after
+	// another in queue order (negative: earlier); 0 for a pass of one.
+	mergeDelay time.Duration
 }
 
 // loadSnapshot is the scheduler's backlog, as reported in NodeLoad and /v1/status.
@@ -132,6 +139,14 @@ func (s *scheduler) estimate(eng scorer.Engine, groups []*scorer.Group) (float64
 func (s *scheduler) estimateLocked(eng scorer.Engine, groups []*scorer.Group) (float64, costmodel.Features) {
 	f := eng.CostFeatures(groups)
 	return price(s.cost, eng, f), f
+}
+
+// marginLocked is the cost model's margin (1 before start); s.mu must be held.
+func (s *scheduler) marginLocked() float64 {
+	if s.cost == nil {
+		return 1
+	}
+	return s.cost.margin()
 }
 
 // price is f's seconds by the node's cost model c, or by the engine's prior before start (c nil;
@@ -369,6 +384,7 @@ func (s *scheduler) next(eng scorer.Engine) []*job {
 		var groups []*scorer.Group
 		var failErr []error
 		var earliest time.Time // earliest deadline among take; zero: none has one
+		var seq float64        // take's estimated seconds run one after another
 		tokens := 0
 		now := s.now()
 		for len(s.queue) > 0 {
@@ -389,16 +405,21 @@ func (s *scheduler) next(eng scorer.Engine) []*job {
 				break // FIFO: later jobs wait rather than overtake
 			}
 			// Merging lengthens the pass for every job already taken: stop before the merged
-			// pass would make one of them miss a deadline it could meet alone. (j itself gains:
-			// left out, it would wait for this whole pass and then run.)
+			// pass would make one of them miss a deadline it could meet alone — with the cost
+			// model's own error as a margin, since a merge that ends just in time on paper
+			// misses about half the time. (j itself gains: left out, it would wait for this
+			// whole pass and then run.)
 			if len(take) > 0 && !earliest.IsZero() {
-				if est, _ := s.estimateLocked(eng, append(groups, j.group)); now.Add(secondsDur(est)).After(earliest) {
+				if est, _ := s.estimateLocked(eng, append(groups, j.group)); now.Add(secondsDur(est * s.marginLocked())).After(earliest) {
 					break
 				}
 			}
 			if dl, ok := j.ctx.Deadline(); ok && (earliest.IsZero() || dl.Before(earliest)) {
 				earliest = dl
 			}
+			alone, _ := s.estimateLocked(eng, []*scorer.Group{j.group})
+			seq += alone
+			j.seqEst = seq
 			take = append(take, j)
 			groups = append(groups, j.group)
 			tokens += j.tokens
@@ -485,7 +506,7 @@ func (s *scheduler) runPass(eng scorer.Engine, jobs []*job) (panicked bool) {
 			if s.m != nil && est > 0 {
 				s.m.estimateRatio.Observe(est / y)
 			}
-			cost.observe(feat, y)
+			cost.observe(feat, y, est)
 		}
 	}
 
@@ -512,6 +533,11 @@ func (s *scheduler) runPass(eng scorer.Engine, jobs []*job) (panicked bool) {
 			forward:       dur,
 			forwardTokens: computed,
 			merged:        len(jobs),
+		}
+		if len(jobs) > 1 && est > 0 {
+			// The pass's time shared out as estimated: the job would have been answered after
+			// its share of everything up to it in queue order.
+			r.mergeDelay = dur - time.Duration(float64(dur)*j.seqEst/est)
 		}
 		switch {
 		case err == nil:

@@ -2,11 +2,15 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"math"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/scorer"
 )
 
@@ -106,5 +110,181 @@ func TestQueueKeepsNoFinishedJobs(t *testing.T) {
 		if q != nil {
 			t.Errorf("queue backing array slot %d still holds a job", i)
 		}
+	}
+}
+
+// clockedFake is a fake engine on a fake clock: each pass moves the clock by the pass's
+// duration (the fake's truth), so that a pass's wall time is known exactly.
+type clockedFake struct {
+	*fakeEngine
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clockedFake) Forward(ctx context.Context, groups []*scorer.Group) (scorer.ForwardStats, error) {
+	st, err := c.fakeEngine.Forward(ctx, groups)
+	c.mu.Lock()
+	c.now = c.now.Add(st.Duration)
+	c.mu.Unlock()
+	return st, err
+}
+
+func (c *clockedFake) clock() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// TestMergeDelayIsAgainstRunningInQueueOrder: each job of a merged pass reports how much later
+// it was answered than had the pass's jobs run one after another in queue order — what the
+// proxy takes out of its projections' error, since its plan projects each batch alone.
+func TestMergeDelayIsAgainstRunningInQueueOrder(t *testing.T) {
+	truth := costmodel.Coeffs{A: 0.01, C: 0.05} // each job below: 6 tokens, 0.11 s alone
+	f := &clockedFake{fakeEngine: newFake(), now: time.Unix(1e9, 0)}
+	f.started = nil
+	f.truth = truth
+	f.prior = scorer.CostPrior{Coeffs: truth, Source: scorer.CostSourceProfile}
+	s := newScheduler(1000, 10)
+	s.now = f.clock
+	var jobs []*job
+	for i := range 3 {
+		g, err := f.Tokenize("", string(rune('a'+i)), []string{"dd"}, scorer.TokenizeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.admit(); err != nil {
+			t.Fatal(err)
+		}
+		j, err := s.submit(context.Background(), f, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+	s.start(f, nil)
+	defer s.stop()
+	// One pass of 0.33 s; alone, in order, they would have been answered at 0.11, 0.22, 0.33 s.
+	want := []float64{0.22, 0.11, 0}
+	for i, j := range jobs {
+		r := <-j.done
+		if r.err != nil {
+			t.Fatalf("job %d: %v", i, r.err)
+		}
+		if r.merged != 3 {
+			t.Fatalf("job %d ran in a pass of %d jobs, want 3", i, r.merged)
+		}
+		if got := r.mergeDelay.Seconds(); math.Abs(got-want[i]) > 1e-6 {
+			t.Errorf("job %d: merge delay %.6f s, want %.2f s", i, got, want[i])
+		}
+	}
+}
+
+// TestMergeDelayIsZeroAlone: a job that ran in a pass of its own was delayed by no merge.
+func TestMergeDelayIsZeroAlone(t *testing.T) {
+	truth := costmodel.Coeffs{A: 0.01, C: 0.05}
+	f := &clockedFake{fakeEngine: newFake(), now: time.Unix(1e9, 0)}
+	f.started = nil
+	f.truth = truth
+	f.prior = scorer.CostPrior{Coeffs: truth, Source: scorer.CostSourceProfile}
+	s := newScheduler(1000, 10)
+	s.now = f.clock
+	s.start(f, nil)
+	defer s.stop()
+	g, _ := f.Tokenize("", "a", []string{"dd"}, scorer.TokenizeOptions{})
+	if err := s.admit(); err != nil {
+		t.Fatal(err)
+	}
+	j, err := s.submit(context.Background(), f, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-j.done
+	if r.err != nil || r.merged != 1 || r.mergeDelay != 0 {
+		t.Fatalf("alone: err %v, merged %d, merge delay %v; want nil, 1, 0", r.err, r.merged, r.mergeDelay)
+	}
+}
+
+// TestMergeLeavesTheCostModelsErrorAsMargin: a merge that ends before the head's deadline on
+// the estimate, but not once the estimate is stretched by the cost model's measured error, is
+// not made: it would miss that deadline about as often as the estimate is short.
+func TestMergeLeavesTheCostModelsErrorAsMargin(t *testing.T) {
+	for _, tc := range []struct {
+		margin float64
+		want   []int // groups per pass
+	}{
+		{1, []int{2}},      // 2 h merged, deadline 2.5 h: merges
+		{1.5, []int{1, 1}}, // 3 h with the margin: runs the head alone
+	} {
+		t.Run(fmt.Sprintf("margin %.1f", tc.margin), func(t *testing.T) {
+			f := newFake()
+			f.started = nil
+			f.secPerToken = 600 // each batch below is 6 tokens: an hour alone, two merged
+			cost := newCostModel(costmodel.Coeffs{A: 600}, scorer.CostSourceProfile, calibration{})
+			snap := cost.snapshot()
+			snap.Margin = tc.margin
+			cost.snap.Store(&snap)
+			s := newScheduler(1000, 10)
+			t0 := time.Now()
+			s.now = func() time.Time { return t0 }
+			ctxA, cancel := context.WithDeadline(context.Background(), t0.Add(150*time.Minute))
+			defer cancel()
+			var jobs []*job
+			for i, ctx := range []context.Context{ctxA, context.Background()} {
+				g, _ := f.Tokenize("", string(rune('a'+i)), []string{"dd"}, scorer.TokenizeOptions{})
+				if err := s.admit(); err != nil {
+					t.Fatal(err)
+				}
+				j, err := s.submit(ctx, f, g)
+				if err != nil {
+					t.Fatal(err)
+				}
+				jobs = append(jobs, j)
+			}
+			s.start(f, cost)
+			defer s.stop()
+			for i, j := range jobs {
+				if r := <-j.done; r.err != nil {
+					t.Errorf("job %d: %v", i, r.err)
+				}
+			}
+			if diff := cmp.Diff(tc.want, f.passCounts()); diff != "" {
+				t.Errorf("groups per pass (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestCostModelMarginIsItsHighError: the margin is the 95th percentile of measured ÷ estimated
+// pass seconds, never below 1 (an estimate that runs long is the risk; one that runs short is
+// not a reason to merge past a deadline) nor above 2, and 1 until enough passes were measured.
+func TestCostModelMarginIsItsHighError(t *testing.T) {
+	f := costmodel.Features{Tokens: 100, Batches: 1}
+	m := newCostModel(costmodel.Coeffs{A: 1e-3}, scorer.CostSourceProfile, calibration{})
+	for i := range marginMinPasses - 1 {
+		m.observe(f, 0.1*(1+0.05*float64(i%3)), 0.1)
+	}
+	if got := m.margin(); got != 1 {
+		t.Fatalf("margin after %d passes = %v, want 1 (too few passes)", marginMinPasses-1, got)
+	}
+	// 20 passes in all: 19 measured 1.0–1.1 × the estimate, one 1.3 ×: the 95th percentile is
+	// the 19th of 20, 1.1.
+	for range 20 - (marginMinPasses - 1) - 1 {
+		m.observe(f, 0.1, 0.1)
+	}
+	m.observe(f, 0.13, 0.1)
+	if got := m.margin(); math.Abs(got-1.1) > 1e-9 {
+		t.Errorf("margin = %v, want 1.1", got)
+	}
+	for range 64 {
+		m.observe(f, 0.05, 0.1)
+	}
+	if got := m.margin(); got != 1 {
+		t.Errorf("margin of a model that overestimates = %v, want 1", got)
+	}
+	for range 64 {
+		m.observe(f, 0.5, 0.1)
+	}
+	if got := m.margin(); got != 2 {
+		t.Errorf("margin of a model 5× short = %v, want 2 (the cap)", got)
 	}
 }

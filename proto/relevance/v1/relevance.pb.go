@@ -1055,8 +1055,13 @@ type BatchStats struct {
 	// Tokens of the whole merged forward pass.
 	ForwardTokens  uint64  `protobuf:"varint,7,opt,name=forward_tokens,json=forwardTokens,proto3" json:"forward_tokens,omitempty"`
 	ForwardSeconds float64 `protobuf:"fixed64,8,opt,name=forward_seconds,json=forwardSeconds,proto3" json:"forward_seconds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// How much later this batch was answered because the node merged it into one pass with other
+	// batches, against running the same batches one after another in queue order (negative: it was
+	// answered earlier, the head's overhead shared). The node merges only while every batch in the
+	// pass still meets its deadline, so a proxy takes this out of its projections' measured error.
+	MergeDelaySeconds float64 `protobuf:"fixed64,9,opt,name=merge_delay_seconds,json=mergeDelaySeconds,proto3" json:"merge_delay_seconds,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *BatchStats) Reset() {
@@ -1141,6 +1146,13 @@ func (x *BatchStats) GetForwardTokens() uint64 {
 func (x *BatchStats) GetForwardSeconds() float64 {
 	if x != nil {
 		return x.ForwardSeconds
+	}
+	return 0
+}
+
+func (x *BatchStats) GetMergeDelaySeconds() float64 {
+	if x != nil {
+		return x.MergeDelaySeconds
 	}
 	return 0
 }
@@ -1335,7 +1347,7 @@ const file_relevance_v1_relevance_proto_rawDesc = "" +
 	"\x01b\x18\x02 \x01(\x01R\x01b\x12\f\n" +
 	"\x01c\x18\x03 \x01(\x01R\x01c\x12\x18\n" +
 	"\asamples\x18\x04 \x01(\x04R\asamples\x12\x16\n" +
-	"\x06source\x18\x05 \x01(\tR\x06source\"\xbc\x02\n" +
+	"\x06source\x18\x05 \x01(\tR\x06source\"\xec\x02\n" +
 	"\n" +
 	"BatchStats\x12#\n" +
 	"\rqueue_seconds\x18\x01 \x01(\x01R\fqueueSeconds\x12'\n" +
@@ -1346,7 +1358,8 @@ const file_relevance_v1_relevance_proto_rawDesc = "" +
 	"itemTokens\x12%\n" +
 	"\x0emerged_batches\x18\x06 \x01(\rR\rmergedBatches\x12%\n" +
 	"\x0eforward_tokens\x18\a \x01(\x04R\rforwardTokens\x12'\n" +
-	"\x0fforward_seconds\x18\b \x01(\x01R\x0eforwardSeconds\"\xc4\x02\n" +
+	"\x0fforward_seconds\x18\b \x01(\x01R\x0eforwardSeconds\x12.\n" +
+	"\x13merge_delay_seconds\x18\t \x01(\x01R\x11mergeDelaySeconds\"\xc4\x02\n" +
 	"\x12ScoreBatchResponse\x12/\n" +
 	"\x06scores\x18\x01 \x03(\v2\x17.relevance.v1.ItemScoreR\x06scores\x12)\n" +
 	"\x05usage\x18\x02 \x01(\v2\x13.relevance.v1.UsageR\x05usage\x12*\n" +
