@@ -202,6 +202,10 @@ type CostConfig struct {
 	// TokenCounter is "estimate" (default: tokenizer.EstimateTokens, no BPE) or "exact" (the
 	// shipped Qwen3 tokenizer).
 	TokenCounter string `yaml:"token_counter" json:"token_counter"`
+	// LearnTokenCounts scales the counter's counts by the ratio of the tokens the nodes report
+	// for answered batches to what the proxy counted for them (items and prefix apart), so that
+	// a counter's steady bias on the traffic does not bias every projection. Default true.
+	LearnTokenCounts bool `yaml:"learn_token_counts" json:"learn_token_counts"`
 	// Prior is the starting coefficients of every node, refined online from replies.
 	Prior costmodel.Coeffs `yaml:"prior" json:"prior"`
 	// Forgetting is the learner's per-sample forgetting factor in (0, 1]. Default 0.99.
@@ -261,7 +265,8 @@ func DefaultConfig() Config {
 		Outlier: OutlierConfig{ConsecutiveSlow: 3, SlowFactor: 3, SlowMin: 50 * time.Millisecond,
 			BaseEjection: time.Second, MaxEjection: 30 * time.Second, MaxEjectionPercent: 10},
 		Cost: CostConfig{
-			TokenCounter: TokensEstimate,
+			TokenCounter:     TokensEstimate,
+			LearnTokenCounts: true,
 			// The calibrated profile of the default `small` model, one thread per node
 			// (bench/results/profile-small-auto.json), until each node's first reply brings the
 			// node's own model; then learned per node from the replies.

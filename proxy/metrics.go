@@ -96,7 +96,20 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 		}
 		return p.admitter.Margin()
 	})
-	cs := []prometheus.Collector{m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.rescuesDeferred, m.copiesRefused, m.requestRatio, m.rejected, margin, p.cluster.Collector()}
+	// The token counter's learned correction: the counts the nodes report over the proxy's own.
+	tokenRatio := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "relevance_proxy_token_count_ratio",
+		Help: "The scale applied to the proxy's token counts (part: item or prefix): tokens the nodes reported for answered batches over what the proxy counted for them (cost.learn_token_counts); 1 until learned.",
+	}, []string{"part"})
+	tokenRatios := &gaugeFuncVec{vec: tokenRatio, fill: func(v *prometheus.GaugeVec) {
+		item, prefix := 1.0, 1.0
+		if p.planner != nil {
+			item, prefix = p.planner.TokenRatios()
+		}
+		v.WithLabelValues("item").Set(item)
+		v.WithLabelValues("prefix").Set(prefix)
+	}}
+	cs := []prometheus.Collector{tokenRatios, m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.rescuesDeferred, m.copiesRefused, m.requestRatio, m.rejected, margin, p.cluster.Collector()}
 	if c := p.cache; c != nil {
 		counter := func(name, help string, v func(scorecache.Stats) uint64) prometheus.Collector {
 			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(c.Stats())) })
@@ -121,4 +134,18 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 		m.rejected.WithLabelValues(r)
 	}
 	return m, nil
+}
+
+// gaugeFuncVec is a labelled gauge filled at collection time (client_golang has GaugeFunc only
+// for a single series).
+type gaugeFuncVec struct {
+	vec  *prometheus.GaugeVec
+	fill func(*prometheus.GaugeVec)
+}
+
+func (g *gaugeFuncVec) Describe(ch chan<- *prometheus.Desc) { g.vec.Describe(ch) }
+
+func (g *gaugeFuncVec) Collect(ch chan<- prometheus.Metric) {
+	g.fill(g.vec)
+	g.vec.Collect(ch)
 }

@@ -98,7 +98,7 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 	}
 	acc := &plan.Accuracy{}
 	placer := plan.NewPlacer(p.cluster, pickers[cfg.Route.Strategy](cfg, route.DefaultRand))
-	p.planner = plan.NewPlanner(plan.Config{MaxBatchItems: cfg.Split.MaxBatchItems, TargetBatchSeconds: cfg.Split.TargetBatchSeconds},
+	p.planner = plan.NewPlanner(plan.Config{MaxBatchItems: cfg.Split.MaxBatchItems, TargetBatchSeconds: cfg.Split.TargetBatchSeconds, LearnTokens: cfg.Cost.LearnTokenCounts},
 		counter, splitters[cfg.Split.Strategy](cfg), p.cluster, placer)
 	p.admitter = admit.New(admit.Config{Disabled: cfg.Admission.Disabled, Headroom: cfg.Admission.Headroom,
 		MinSamples: cfg.Admission.MinSamples, MarginQuantile: cfg.Admission.MarginQuantile}, acc, p.m.rejected)

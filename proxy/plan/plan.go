@@ -203,6 +203,12 @@ type Batch struct {
 	Features costmodel.Features
 	// Lease is the node the batch was placed on; nil when no node could take it.
 	Lease *Lease
+
+	// tokens learns from the batch's reply how the planner's counts compare with the node's;
+	// countedItems and countedPrefix are the planner's counts before its scaling (nil / 0: none).
+	tokens        *TokenScale
+	countedItems  []int
+	countedPrefix int
 }
 
 // Work is the batch as a placement prices it.
@@ -316,12 +322,16 @@ type Config struct {
 	MaxBatchItems int
 	// TargetBatchSeconds is the smallest batch cost worth a batch of its own (≤ 0: no floor).
 	TargetBatchSeconds float64
+	// LearnTokens scales the counter's token counts by what the nodes' replies report
+	// (TokenScale).
+	LearnTokens bool
 }
 
 // Planner plans requests.
 type Planner struct {
 	cfg      Config
 	counter  *prompt.Counter
+	tokens   *TokenScale // nil: counts are used as they are
 	splitter split.Splitter
 	placer   *Placer
 	cluster  *cluster.Cluster
@@ -330,8 +340,16 @@ type Planner struct {
 // NewPlanner builds a planner: tokens counted by counter, items split by splitter, batches placed
 // by placer on c's nodes.
 func NewPlanner(cfg Config, counter *prompt.Counter, splitter split.Splitter, c *cluster.Cluster, placer *Placer) *Planner {
-	return &Planner{cfg: cfg, counter: counter, splitter: splitter, placer: placer, cluster: c}
+	pl := &Planner{cfg: cfg, counter: counter, splitter: splitter, placer: placer, cluster: c}
+	if cfg.LearnTokens {
+		pl.tokens = &TokenScale{}
+	}
+	return pl
 }
+
+// TokenRatios are the scales applied to the counter's item and prefix counts (1, 1 when
+// Config.LearnTokens is off or nothing was learned yet).
+func (pl *Planner) TokenRatios() (item, prefix float64) { return pl.tokens.Ratios() }
 
 // Plan counts req's tokens, splits its items and places every batch on nodes of the model
 // fingerprint ("": any). It returns nil when no node can take work. reqID is stamped on every
@@ -349,11 +367,16 @@ func (pl *Planner) Urgent(req *relevancev1.ScoreRequest, reqID, fingerprint stri
 
 func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string, urgent bool) *Plan {
 	start := time.Now()
-	prefix := pl.counter.Prefix(req.GetInstruction(), req.GetQuery())
-	tmpl := min(pl.counter.Template(req.GetInstruction()), prefix)
+	// Counts as the nodes would make them: the counter's, scaled by what the replies taught.
+	itemRatio, prefRatio := pl.tokens.Ratios()
+	counted := pl.counter.Prefix(req.GetInstruction(), req.GetQuery())
+	prefix := scaled(counted, prefRatio)
+	tmpl := min(scaled(pl.counter.Template(req.GetInstruction()), prefRatio), prefix)
+	raw := make([]int, len(req.GetItems()))
 	toks := make([]int, len(req.GetItems()))
 	for i, it := range req.GetItems() {
-		toks[i] = pl.counter.Item(it.GetText())
+		raw[i] = pl.counter.Item(it.GetText())
+		toks[i] = scaled(raw[i], itemRatio)
 	}
 	others := pl.placer.otherModels(fingerprint, nil)
 	cands := pl.cluster.Eligible(others)
@@ -393,11 +416,13 @@ func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string
 			EstimatedCostSeconds: b.Cost,
 		}
 		bt := make([]int, len(b.Items))
+		ct := make([]int, len(b.Items))
 		for j, i := range b.Items {
 			br.Items[j] = req.GetItems()[i]
-			bt[j] = toks[i]
+			bt[j], ct[j] = toks[i], raw[i]
 		}
-		out.Batches[bi] = &Batch{Index: bi, Items: b.Items, Req: br, PrefixTokens: prefix, PrefixKey: key, TemplateTokens: tmpl, Fingerprint: fingerprint, Features: costmodel.BatchFeatures(prefix, bt, false)}
+		out.Batches[bi] = &Batch{Index: bi, Items: b.Items, Req: br, PrefixTokens: prefix, PrefixKey: key, TemplateTokens: tmpl, Fingerprint: fingerprint, Features: costmodel.BatchFeatures(prefix, bt, false),
+			tokens: pl.tokens, countedItems: ct, countedPrefix: counted}
 	}
 	// Place in the split's order (earliest planned start first), each placement charged before
 	// the next, so that the route strategy's picks follow the split's plan.
