@@ -179,8 +179,8 @@ func mergedLateBatch(t *testing.T, otherBacklog float64, largeWords int) (*Proxy
 	cfg.SLO = 10 * time.Second
 	cfg.Hedge.Enabled = false
 	cfg.Split.MaxBatchItems = 8
-	cfg.Split.Strategy = "fixed" // each request one batch, however large
-	cfg.Outlier.SlowFactor = 10  // the slow mark stays out of it
+	cfg.Split.Strategy = "fixed"      // each request one batch, however large
+	cfg.Outlier.SlowFactor = 10       // the slow mark stays out of it
 	cfg.Cost.LearnTokenCounts = false // the sizes above are set in the proxy's own token counts
 	p, _ := startProxy(t, cfg)
 	// Both nodes answer once (two batches a request: the second goes beside the first), so the
