@@ -4,7 +4,8 @@
 //
 // Rule. With T = plan.Finish() (the latest projected batch finish: each batch's node load when it
 // was placed plus its predicted cost there; package plan), B the time left to the deadline and m
-// the margin — the MarginQuantile of recent batches' observed latency ÷ projected finish
+// the margin — for a plan of k batches, the MarginQuantile^(1/k) quantile of recent batches'
+// observed latency ÷ projected finish
 // (plan.Accuracy: the projections' own measured error, clamped to [0.5, 4]; 1 until MinSamples
 // batches were seen) —
 //
@@ -71,12 +72,18 @@ func New(cfg Config, acc *plan.Accuracy, rejected *prometheus.CounterVec) *Admit
 	return &Admitter{cfg: cfg, acc: acc, rejected: rejected}
 }
 
-// Margin is the factor projections are multiplied by (see the package doc).
-func (a *Admitter) Margin() float64 {
+// Margin is the factor a one-batch plan's projection is multiplied by (see the package doc).
+func (a *Admitter) Margin() float64 { return a.MarginFor(1) }
+
+// MarginFor is the margin of a plan of k batches: the window's quantile at MarginQuantile^(1/k).
+// A request is on time only when all its batches are, so for it to be on time as often as
+// MarginQuantile says, each batch must be on time more often (as if their errors were
+// independent: batches on different nodes mostly are).
+func (a *Admitter) MarginFor(k int) float64 {
 	if a.acc == nil || !(a.cfg.MarginQuantile > 0) {
 		return 1
 	}
-	q, n := a.acc.Quantile(a.cfg.MarginQuantile)
+	q, n := a.acc.Quantile(math.Pow(a.cfg.MarginQuantile, 1/float64(max(1, k))))
 	if n < a.cfg.MinSamples || !(q > 0) {
 		return 1
 	}
@@ -90,7 +97,7 @@ func (a *Admitter) Admit(p *plan.Plan, budget time.Duration) error {
 		return nil
 	}
 	allowed := a.cfg.Headroom * budget.Seconds()
-	m := a.Margin()
+	m := a.MarginFor(len(p.Batches))
 	busy := m * p.Finish()
 	if busy <= allowed {
 		return nil

@@ -119,3 +119,34 @@ func TestAdmitMarginFromMeasuredError(t *testing.T) {
 		t.Errorf("0.6 s in 0.7 s: %v", err)
 	}
 }
+
+// TestMarginGrowsWithTheBatchesThatMustAllBeOnTime: a request is on time only when every batch
+// is, so a plan of k batches is stretched by the MarginQuantile^(1/k) quantile of the batches'
+// error: with 90 % of batches on time at 1.0× and 10 % at 1.5×, one batch needs no stretch past
+// 1.0 at p90, but four batches (each on time 97.4 % of the time) need 1.5.
+func TestMarginGrowsWithTheBatchesThatMustAllBeOnTime(t *testing.T) {
+	var acc plan.Accuracy
+	for i := range 160 {
+		r := 1.0
+		if i%10 == 0 {
+			r = 1.5
+		}
+		acc.Add(r)
+	}
+	a := New(Config{Headroom: 1, MinSamples: 10, MarginQuantile: 0.9}, &acc, nil)
+	if m := a.MarginFor(1); m != 1 {
+		t.Errorf("one batch: margin %v, want 1", m)
+	}
+	if m := a.MarginFor(4); m != 1.5 {
+		t.Errorf("four batches: margin %v, want 1.5", m)
+	}
+	n := new(cluster.Node)
+	one := planOf(10, bt{n, 0, 0.4})
+	four := planOf(10, bt{n, 0, 0.4}, bt{n, 0, 0.4}, bt{n, 0, 0.4}, bt{n, 0, 0.4})
+	if err := a.Admit(one, 500*time.Millisecond); err != nil {
+		t.Errorf("one batch of 0.4 s in 0.5 s: %v", err)
+	}
+	if err := a.Admit(four, 500*time.Millisecond); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("four batches of 0.4 s (× 1.5) in 0.5 s: %v, want rejected", err)
+	}
+}

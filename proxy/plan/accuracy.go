@@ -7,14 +7,14 @@ import (
 	"sync/atomic"
 )
 
-// Accuracy keeps the last 128 ratios of a batch's observed latency to its projected finish
+// Accuracy keeps the last 256 ratios of a batch's observed latency to its projected finish
 // (Lease.Finish) — how far the plan's projections are off — and serves their quantiles: hedging
 // waits for a high quantile of them before duplicating a batch, admission multiplies a plan's
 // finish by one as its margin. The sorted window is rebuilt every 16 samples so that reads are
 // one atomic load. Safe for concurrent use.
 type Accuracy struct {
 	mu     sync.Mutex
-	ring   [128]float64
+	ring   [256]float64
 	next   int
 	count  int
 	sorted atomic.Pointer[[]float64]

@@ -14,7 +14,7 @@ func TestAccuracyQuantile(t *testing.T) {
 	}
 	a.Add(-1) // ignored
 	// Published every 16 samples: the last publication saw 100..5, whose nearest-rank p90 is
-	// the 87th smallest of 96 values, 91 (the window holds 128).
+	// the 87th smallest of 96 values, 91 (the window holds 256).
 	if q, n := a.Quantile(0.9); q != 91 || n != 96 {
 		t.Errorf("p90 = %v after %d samples, want 91 after 96", q, n)
 	}
