@@ -39,21 +39,7 @@ func TestMergeKeepsEarlierDeadlines(t *testing.T) {
 				ctxA, cancel = context.WithDeadline(context.Background(), t0.Add(tc.deadline))
 			}
 			defer cancel()
-			var jobs []*job
-			for i, ctx := range []context.Context{ctxA, context.Background()} {
-				g, err := f.Tokenize("", string(rune('a'+i)), []string{"dd"}, scorer.TokenizeOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := s.admit(); err != nil {
-					t.Fatal(err)
-				}
-				j, err := s.submit(ctx, f, g)
-				if err != nil {
-					t.Fatal(err)
-				}
-				jobs = append(jobs, j)
-			}
+			jobs := submitJobs(t, s, f, ctxA, context.Background())
 			s.start(f, nil)
 			defer s.stop()
 			for i, j := range jobs {
@@ -146,21 +132,8 @@ func TestMergeDelayIsAgainstRunningInQueueOrder(t *testing.T) {
 	f.prior = scorer.CostPrior{Coeffs: truth, Source: scorer.CostSourceProfile}
 	s := newScheduler(1000, 10)
 	s.now = f.clock
-	var jobs []*job
-	for i := range 3 {
-		g, err := f.Tokenize("", string(rune('a'+i)), []string{"dd"}, scorer.TokenizeOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.admit(); err != nil {
-			t.Fatal(err)
-		}
-		j, err := s.submit(context.Background(), f, g)
-		if err != nil {
-			t.Fatal(err)
-		}
-		jobs = append(jobs, j)
-	}
+	ctx := context.Background()
+	jobs := submitJobs(t, s, f, ctx, ctx, ctx)
 	s.start(f, nil)
 	defer s.stop()
 	// One pass of 0.33 s; alone, in order, they would have been answered at 0.11, 0.22, 0.33 s.
@@ -228,18 +201,7 @@ func TestMergeLeavesTheCostModelsErrorAsMargin(t *testing.T) {
 			s.now = func() time.Time { return t0 }
 			ctxA, cancel := context.WithDeadline(context.Background(), t0.Add(150*time.Minute))
 			defer cancel()
-			var jobs []*job
-			for i, ctx := range []context.Context{ctxA, context.Background()} {
-				g, _ := f.Tokenize("", string(rune('a'+i)), []string{"dd"}, scorer.TokenizeOptions{})
-				if err := s.admit(); err != nil {
-					t.Fatal(err)
-				}
-				j, err := s.submit(ctx, f, g)
-				if err != nil {
-					t.Fatal(err)
-				}
-				jobs = append(jobs, j)
-			}
+			jobs := submitJobs(t, s, f, ctxA, context.Background())
 			s.start(f, cost)
 			defer s.stop()
 			for i, j := range jobs {
@@ -287,4 +249,26 @@ func TestCostModelMarginIsItsHighError(t *testing.T) {
 	if got := m.margin(); got != 2 {
 		t.Errorf("margin of a model 5× short = %v, want 2 (the cap)", got)
 	}
+}
+
+// submitJobs queues one job per context on s, in order: job i has query "a"+i and one item "dd"
+// (6 tokens with the fake's template).
+func submitJobs(t *testing.T, s *scheduler, eng scorer.Engine, ctxs ...context.Context) []*job {
+	t.Helper()
+	var jobs []*job
+	for i, ctx := range ctxs {
+		g, err := eng.Tokenize("", string(rune('a'+i)), []string{"dd"}, scorer.TokenizeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.admit(); err != nil {
+			t.Fatal(err)
+		}
+		j, err := s.submit(ctx, eng, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs
 }
