@@ -100,6 +100,10 @@ const (
 type CostPrior struct {
 	Coeffs costmodel.Coeffs
 	Source string // CostSourceProfile, CostSourceConfig or CostSourceShape
+	// Samples is how many measured passes Coeffs rest on (a profile's samples; 0 for a guess
+	// or a hand-set value): a node counts them as its model's samples, as it counts its
+	// calibration passes, so that a proxy trusts its projections from the first reply.
+	Samples int
 }
 
 // Info describes an engine for /v1/status and metrics.

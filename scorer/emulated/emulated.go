@@ -242,7 +242,9 @@ func (e *Engine) CostFeatures(groups []*scorer.Group) costmodel.Features {
 
 // CostPrior implements scorer.Engine: the profile the engine sleeps by.
 func (e *Engine) CostPrior() scorer.CostPrior {
-	return scorer.CostPrior{Coeffs: e.prof.Coeffs, Source: scorer.CostSourceProfile}
+	// The profile is the emulated engine's own timing law, measured on the real engine: as
+	// trustworthy as a real node's calibration, over as many passes.
+	return scorer.CostPrior{Coeffs: e.prof.Coeffs, Source: scorer.CostSourceProfile, Samples: e.prof.Samples}
 }
 
 // EstimateSeconds is the profile's prediction without noise for CostFeatures(groups).

@@ -56,10 +56,13 @@ type costSnapshot struct {
 // marginMinPasses is how many passes the error window needs before its quantile is used.
 const marginMinPasses = 16
 
-func newCostModel(start costmodel.Coeffs, source string, cal calibration) *costModel {
+func newCostModel(start costmodel.Coeffs, source string, cal calibration, prior scorer.CostPrior) *costModel {
 	m := &costModel{l: costmodel.NewLearner(start, learnForgetting)}
-	if source == CostSourceCalibrated {
+	switch source {
+	case CostSourceCalibrated:
 		m.base = cal.Passes
+	case prior.Source:
+		m.base = max(0, prior.Samples)
 	}
 	m.snap.Store(&costSnapshot{Coeffs: start, Source: source, Samples: m.base, Calibration: cal, Margin: 1})
 	return m

@@ -225,11 +225,13 @@ func TestLearnsFromPasses(t *testing.T) {
 }
 
 // TestEmulatedNodeLearns: an emulated node starts from its profile (no calibration) and learns
-// from its passes like a real one; the profile is exact, so every estimate is.
+// from its passes like a real one; the profile is exact, so every estimate is. The profile's
+// measured passes count as samples, as a real node's calibration passes do, so that a proxy
+// trusts an emulated node's projections from its first reply as it does a calibrated one's.
 func TestEmulatedNodeLearns(t *testing.T) {
 	cfg := testConfig()
 	cfg.Engine, cfg.CostProfile, cfg.Model = EngineEmulated, "profile.json", "small"
-	prof := costmodel.Profile{Coeffs: costmodel.Coeffs{A: 2e-4, B: 1e-7, C: 0.01}}
+	prof := costmodel.Profile{Coeffs: costmodel.Coeffs{A: 2e-4, B: 1e-7, C: 0.01}, Samples: 27}
 	h := start(t, cfg, func(context.Context) (scorer.Engine, error) {
 		return emulated.New(emulated.Options{
 			Profile:  &prof,
@@ -243,8 +245,8 @@ func TestEmulatedNodeLearns(t *testing.T) {
 		}
 	}
 	cm := nodeStatus(t, h).CostModel
-	if cm.Source != scorer.CostSourceProfile || cm.Samples != 5 || cm.CalibrationSeconds != 0 {
-		t.Errorf("cost model %+v, want 5 samples from the profile, no calibration", cm)
+	if cm.Source != scorer.CostSourceProfile || cm.Samples != 27+5 || cm.CalibrationSeconds != 0 {
+		t.Errorf("cost model %+v, want the profile's 27 samples and 5 passes, no calibration", cm)
 	}
 	if e := relErr(costmodel.Coeffs{A: cm.A, B: cm.B, C: cm.C}, prof.Coeffs, costmodel.RefFeatures); e > 1e-3 {
 		t.Errorf("learned %+v from an exact profile %+v", cm, prof.Coeffs)

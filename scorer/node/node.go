@@ -297,7 +297,7 @@ func (n *Node) startCostModel(ctx context.Context, eng scorer.Engine) (*costMode
 		}
 	}
 	c, source := startCost(cal, prior)
-	m := newCostModel(c, source, cal)
+	m := newCostModel(c, source, cal, prior)
 	attrs := []any{"node_id", n.nodeID, "source", source, "a", c.A, "b", c.B, "c", c.C,
 		"ref_batch_seconds", c.Seconds(costmodel.RefFeatures)}
 	if cal.Took > 0 {

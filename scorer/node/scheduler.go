@@ -113,7 +113,7 @@ func newScheduler(maxBatchTokens, maxQueue int) *scheduler {
 func (s *scheduler) start(eng scorer.Engine, cost *costModel) {
 	if cost == nil {
 		p := eng.CostPrior()
-		cost = newCostModel(p.Coeffs, p.Source, calibration{})
+		cost = newCostModel(p.Coeffs, p.Source, calibration{}, p)
 	}
 	s.mu.Lock()
 	s.eng, s.cost = eng, cost

@@ -192,7 +192,7 @@ func TestMergeLeavesTheCostModelsErrorAsMargin(t *testing.T) {
 			f := newFake()
 			f.started = nil
 			f.secPerToken = 600 // each batch below is 6 tokens: an hour alone, two merged
-			cost := newCostModel(costmodel.Coeffs{A: 600}, scorer.CostSourceProfile, calibration{})
+			cost := newCostModel(costmodel.Coeffs{A: 600}, scorer.CostSourceProfile, calibration{}, scorer.CostPrior{})
 			snap := cost.snapshot()
 			snap.Margin = tc.margin
 			cost.snap.Store(&snap)
@@ -221,7 +221,7 @@ func TestMergeLeavesTheCostModelsErrorAsMargin(t *testing.T) {
 // not a reason to merge past a deadline) nor above 2, and 1 until enough passes were measured.
 func TestCostModelMarginIsItsHighError(t *testing.T) {
 	f := costmodel.Features{Tokens: 100, Batches: 1}
-	m := newCostModel(costmodel.Coeffs{A: 1e-3}, scorer.CostSourceProfile, calibration{})
+	m := newCostModel(costmodel.Coeffs{A: 1e-3}, scorer.CostSourceProfile, calibration{}, scorer.CostPrior{})
 	for i := range marginMinPasses - 1 {
 		m.observe(f, 0.1*(1+0.05*float64(i%3)), 0.1)
 	}
