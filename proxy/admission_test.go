@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -277,4 +278,71 @@ func TestMergedPassesDoNotWidenTheMargin(t *testing.T) {
 	if m := p.admitter.Margin(); m > 1.25 {
 		t.Errorf("admission margin %.2f after %d merged passes, want ≤ 1.25 (merge delays counted as projection error)", m, merged)
 	}
+}
+
+// TestLateAdmittedRequestsTightenAdmission: admission is judged by whether what it admitted was
+// answered in time. Requests admitted on a node's learned speed that then run past their deadline
+// (the node slowed down) raise the quantile admission takes its margin at, in the gauge too;
+// without an on-time target it stays where it was configured.
+func TestLateAdmittedRequestsTightenAdmission(t *testing.T) {
+	for _, target := range []float64{0.99, 0} {
+		t.Run(fmt.Sprintf("on_time_target=%v", target), func(t *testing.T) {
+			var slow atomic.Bool
+			nodes := startNodes(t, 1, fakenode.Options{Latency: func(fakenode.Batch) time.Duration {
+				if slow.Load() {
+					return 300 * time.Millisecond
+				}
+				return 5 * time.Millisecond
+			}})
+			cfg := testConfig(nodes.Addrs())
+			cfg.Admission.MinSamples = 2
+			cfg.Admission.MarginQuantile, cfg.Admission.OnTimeTarget = 0.9, target
+			p, reg := startProxy(t, cfg)
+			for i := range 12 {
+				if _, err := p.Score(context.Background(), makeRequest(2, uint64(i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if q := p.admitter.Quantile(); q != 0.9 {
+				t.Fatalf("quantile %v with every request on time, want 0.9", q)
+			}
+			slow.Store(true)
+			late := 0
+			for i := range 3 {
+				req := makeRequest(2, uint64(100+i))
+				req.TimeoutMs = 100
+				if _, err := p.Score(context.Background(), req); status.Code(err) == codes.DeadlineExceeded {
+					late++
+				}
+			}
+			if late != 3 {
+				t.Fatalf("%d of 3 requests to the slowed node ran late, want 3 (admitted on its old speed)", late)
+			}
+			want := 0.9
+			if target > 0 {
+				want = 1 - 0.1/8
+			}
+			if q := p.admitter.Quantile(); math.Abs(q-want) > 1e-9 {
+				t.Errorf("quantile %v after 3 late requests, want %v", q, want)
+			}
+			if g := gaugeValue(t, reg, "relevance_proxy_admission_quantile"); math.Abs(g-want) > 1e-9 {
+				t.Errorf("relevance_proxy_admission_quantile %v, want %v", g, want)
+			}
+		})
+	}
+}
+
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("%s not exported", name)
+	return 0
 }

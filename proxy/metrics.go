@@ -89,12 +89,23 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 	// requests are refused while the nodes have time.
 	margin := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "relevance_proxy_admission_margin",
-		Help: "The factor admission multiplies a plan's projected finish by before comparing it with the budget (the margin_quantile of recent batches' latency over projected finish; 1 while too few batches were seen).",
+		Help: "The factor admission multiplies a one-batch plan's projected finish by before comparing it with the budget (relevance_proxy_admission_quantile of recent batches' latency over projected finish; 1 while too few batches were seen).",
 	}, func() float64 {
 		if p.admitter == nil {
 			return 1
 		}
 		return p.admitter.Margin()
+	})
+	// The quantile that margin is taken at: margin_quantile while admitted requests are on time,
+	// higher while some run late (admission.on_time_target).
+	quantile := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "relevance_proxy_admission_quantile",
+		Help: "The quantile of recent batches' latency over projected finish that admission's margin is taken at for a one-batch plan: admission.margin_quantile while admitted requests are answered in time, higher while some run late (admission.on_time_target).",
+	}, func() float64 {
+		if p.admitter == nil {
+			return 0
+		}
+		return p.admitter.Quantile()
 	})
 	// The token counter's learned correction: the counts the nodes report over the proxy's own.
 	tokenRatio := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -109,7 +120,7 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 		v.WithLabelValues("item").Set(item)
 		v.WithLabelValues("prefix").Set(prefix)
 	}}
-	cs := []prometheus.Collector{tokenRatios, m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.rescuesDeferred, m.copiesRefused, m.requestRatio, m.rejected, margin, p.cluster.Collector()}
+	cs := []prometheus.Collector{tokenRatios, m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.rescuesDeferred, m.copiesRefused, m.requestRatio, m.rejected, margin, quantile, p.cluster.Collector()}
 	if c := p.cache; c != nil {
 		counter := func(name, help string, v func(scorecache.Stats) uint64) prometheus.Collector {
 			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(c.Stats())) })

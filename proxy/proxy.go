@@ -101,7 +101,7 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 	p.planner = plan.NewPlanner(plan.Config{MaxBatchItems: cfg.Split.MaxBatchItems, TargetBatchSeconds: cfg.Split.TargetBatchSeconds, LearnTokens: cfg.Cost.LearnTokenCounts},
 		counter, splitters[cfg.Split.Strategy](cfg), p.cluster, placer)
 	p.admitter = admit.New(admit.Config{Disabled: cfg.Admission.Disabled, Headroom: cfg.Admission.Headroom,
-		MinSamples: cfg.Admission.MinSamples, MarginQuantile: cfg.Admission.MarginQuantile}, acc, p.m.rejected)
+		MinSamples: cfg.Admission.MinSamples, MarginQuantile: cfg.Admission.MarginQuantile, OnTimeTarget: cfg.Admission.OnTimeTarget}, acc, p.m.rejected)
 	p.dispatcher = dispatch.New(dispatch.Config{
 		RetryDisabled:   cfg.Retry.Disabled,
 		BudgetRatio:     cfg.Retry.BudgetRatio,

@@ -100,6 +100,11 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 		// A request that ran into its deadline counts too: its time is a lower bound, and
 		// leaving it out would show admission more accurate than it is.
 		p.m.requestRatio.Observe(time.Since(planned).Seconds() / f)
+		// Admission's promise, judged: answered in time, or late. Other failures (a node lost
+		// with no retry left) say nothing about the projection.
+		if late, judged := lateness(ctx, results); judged {
+			p.admitter.Outcome(late)
+		}
 	}
 	served, err := oneModel(fp, results)
 	if err != nil {
@@ -116,6 +121,27 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 		resp.Model = p.cfg.Model.Name
 	}
 	return resp, nil
+}
+
+// lateness says whether a request whose batches ended with results ran late: its deadline
+// passed, or a batch ended DEADLINE_EXCEEDED (a node refused it as unable to finish in time, or
+// it ran out of time) — even one whose request goes on with partial results. judged is false when
+// it neither ran late nor had every batch answered (a batch lost to a node failure).
+func lateness(ctx context.Context, results []dispatch.Result) (late, judged bool) {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true, true
+	}
+	answered := true
+	for _, r := range results {
+		switch {
+		case r.Err == nil:
+		case status.Code(r.Err) == codes.DeadlineExceeded || errors.Is(r.Err, context.DeadlineExceeded):
+			return true, true
+		default:
+			answered = false
+		}
+	}
+	return false, answered
 }
 
 // oneModel is the model fingerprint the batches were answered with. A request pinned to a

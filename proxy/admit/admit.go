@@ -4,15 +4,24 @@
 //
 // Rule. With T = plan.Finish() (the latest projected batch finish: each batch's node load when it
 // was placed plus its predicted cost there; package plan), B the time left to the deadline and m
-// the margin — for a plan of k batches, the MarginQuantile^(1/k) quantile of recent batches'
-// observed latency ÷ projected finish
-// (plan.Accuracy: the projections' own measured error, clamped to [0.5, 4]; 1 until MinSamples
-// batches were seen) —
+// the margin — for a plan of k batches, the q^(1/k) quantile of recent batches' observed latency
+// ÷ projected finish (plan.Accuracy: the projections' own measured error, clamped to [0.5, 4]; 1
+// until MinSamples batches were seen, and not below 1 until youngWindow were), with q
+// MarginQuantile or adapted (see "The promise") —
 //
 //	admit  iff  m · T ≤ headroom · B
 //
 // so that what is admitted finishes in time as often as the projections are right, not merely on
 // average.
+//
+// The promise. A fixed quantile promises each admitted request alone: under overload every
+// admitted plan sits just inside the budget, and one in ten of them may be late; at moderate load
+// few sit near the edge and the same quantile refuses requests that would have made it. So when
+// Config.OnTimeTarget is set, the quantile follows what admission is judged by — the share of
+// admitted requests answered within their deadline (Outcome reports each): a late request halves
+// the tail 1 − q, an on-time one widens it by 2^(L/(1−L)) with L = 1 − OnTimeTarget, which holds
+// still exactly when a share L of admitted requests is late. The tail stays within
+// [L/10, 1 − MarginQuantile]: MarginQuantile is the loosest margin, taken while nothing is late.
 // A rejected request is RESOURCE_EXHAUSTED with a RetryInfo delay. Its reason is "deadline" when
 // even idle nodes could not make it (plan.IdleFinish() > headroom · B; retry after the idle time)
 // and "overload" otherwise (retry after T − headroom · B, the backlog that has to drain first).
@@ -26,6 +35,7 @@ package admit
 import (
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,8 +65,13 @@ type Config struct {
 	// MinSamples is how many replies every candidate must have learned from before projections
 	// are trusted.
 	MinSamples int
-	// MarginQuantile is the quantile of the projections' error used as the margin (0: none).
+	// MarginQuantile is the quantile of the projections' error used as the margin (0: none);
+	// with OnTimeTarget, the loosest one.
 	MarginQuantile float64
+	// OnTimeTarget, in (0, 1), is the share of admitted requests that should be answered within
+	// their deadline: the margin's quantile adapts to hold it (see the package doc). 0 keeps
+	// MarginQuantile fixed.
+	OnTimeTarget float64
 }
 
 // Admitter applies the rule.
@@ -64,27 +79,79 @@ type Admitter struct {
 	cfg      Config
 	acc      *plan.Accuracy
 	rejected *prometheus.CounterVec
+
+	mu sync.Mutex
+	// tail is 1 − the margin's quantile: within [tailMin, tailMax], adapted by Outcome.
+	tail, tailMin, tailMax float64
 }
 
 // New returns an admitter whose margin comes from acc (nil: no margin), counting rejections in
 // rejected (labels: reason; nil counts nothing).
 func New(cfg Config, acc *plan.Accuracy, rejected *prometheus.CounterVec) *Admitter {
-	return &Admitter{cfg: cfg, acc: acc, rejected: rejected}
+	a := &Admitter{cfg: cfg, acc: acc, rejected: rejected}
+	a.tailMax = 1 - cfg.MarginQuantile
+	a.tail, a.tailMin = a.tailMax, a.tailMax
+	if late := 1 - cfg.OnTimeTarget; cfg.OnTimeTarget > 0 && late > 0 {
+		a.tailMin = min(late/10, a.tailMax)
+	}
+	return a
+}
+
+// lateStep is the factor a late request divides the tail by: from MarginQuantile 0.9, three late
+// requests take the quantile to 0.9875. Faster steps (4) swung the margin harder without more
+// requests on time at 2× overload.
+const lateStep = 2.0
+
+// youngWindow is how many batches the projections' error must rest on before a margin below 1
+// is used.
+const youngWindow = 128
+
+// Outcome reports how an admitted request whose projections were trusted ended: late when its
+// deadline passed before it was answered, else answered in time. Requests that failed for other
+// reasons (cancelled, no node) say nothing about admission and are not reported. Without an
+// OnTimeTarget it does nothing.
+func (a *Admitter) Outcome(late bool) {
+	if !(a.cfg.OnTimeTarget > 0) || a.tailMin == a.tailMax {
+		return
+	}
+	l := 1 - a.cfg.OnTimeTarget
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if late {
+		a.tail /= lateStep
+	} else {
+		a.tail *= math.Pow(lateStep, l/(1-l))
+	}
+	a.tail = min(a.tailMax, max(a.tailMin, a.tail))
+}
+
+// Quantile is the quantile of the projections' error a one-batch plan is stretched by now.
+func (a *Admitter) Quantile() float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return 1 - a.tail
 }
 
 // Margin is the factor a one-batch plan's projection is multiplied by (see the package doc).
 func (a *Admitter) Margin() float64 { return a.MarginFor(1) }
 
-// MarginFor is the margin of a plan of k batches: the window's quantile at MarginQuantile^(1/k).
+// MarginFor is the margin of a plan of k batches: the window's quantile at Quantile()^(1/k).
 // A request is on time only when all its batches are, so for it to be on time as often as
-// MarginQuantile says, each batch must be on time more often (as if their errors were
+// Quantile() says, each batch must be on time more often (as if their errors were
 // independent: batches on different nodes mostly are).
 func (a *Admitter) MarginFor(k int) float64 {
 	if a.acc == nil || !(a.cfg.MarginQuantile > 0) {
 		return 1
 	}
-	q, n := a.acc.Quantile(math.Pow(a.cfg.MarginQuantile, 1/float64(max(1, k))))
+	q, n := a.acc.Quantile(math.Pow(a.Quantile(), 1/float64(max(1, k))))
 	if n < a.cfg.MinSamples || !(q > 0) {
+		return 1
+	}
+	// A margin below 1 admits plans projected past the budget: that takes a window's worth of
+	// evidence that the projections run long. A young window is the cluster's first batches,
+	// answered before any queue formed; under a sudden overload it let in work that then
+	// missed its deadline.
+	if q < 1 && n < youngWindow {
 		return 1
 	}
 	return min(4, max(0.5, q))

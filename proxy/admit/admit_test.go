@@ -2,6 +2,7 @@ package admit
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -148,5 +149,98 @@ func TestMarginGrowsWithTheBatchesThatMustAllBeOnTime(t *testing.T) {
 	}
 	if err := a.Admit(four, 500*time.Millisecond); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("four batches of 0.4 s (× 1.5) in 0.5 s: %v, want rejected", err)
+	}
+}
+
+// TestMarginTightensWhileAdmittedRequestsRunLate: with an on-time target the margin's quantile
+// starts at MarginQuantile, rises while admitted requests run late (each halves its tail), and
+// returns to MarginQuantile while they are on time; without a target outcomes change nothing.
+func TestMarginTightensWhileAdmittedRequestsRunLate(t *testing.T) {
+	var acc plan.Accuracy
+	for i := range 256 {
+		acc.Add(1 + float64(i)/256) // errors spread evenly over [1, 2)
+	}
+	a := New(Config{Headroom: 1, MinSamples: 10, MarginQuantile: 0.9, OnTimeTarget: 0.99}, &acc, nil)
+	if q := a.Quantile(); q != 0.9 {
+		t.Fatalf("quantile %v before any outcome, want margin_quantile 0.9", q)
+	}
+	loose := a.Margin()
+	for range 3 {
+		a.Outcome(true)
+	}
+	if q := a.Quantile(); math.Abs(q-(1-0.1/8)) > 1e-12 {
+		t.Errorf("quantile %v after 3 late requests, want 1 − 0.1/8", q)
+	}
+	if m := a.Margin(); !(m > loose+0.05) {
+		t.Errorf("margin %v after late requests, want well above %v", m, loose)
+	}
+	for range 20 {
+		a.Outcome(true)
+	}
+	if q := a.Quantile(); math.Abs(q-0.999) > 1e-12 {
+		t.Errorf("quantile %v after many late requests, want its ceiling 1 − (1 − 0.99)/10", q)
+	}
+	for range 5000 {
+		a.Outcome(false)
+	}
+	if q := a.Quantile(); q != 0.9 {
+		t.Errorf("quantile %v after a long run on time, want back at 0.9", q)
+	}
+
+	fixed := New(Config{Headroom: 1, MinSamples: 10, MarginQuantile: 0.9}, &acc, nil)
+	for range 10 {
+		fixed.Outcome(true)
+	}
+	if q := fixed.Quantile(); q != 0.9 {
+		t.Errorf("no on-time target: quantile %v after late requests, want 0.9 fixed", q)
+	}
+}
+
+// TestAdmittedRequestsAreOnTimeAtTheTargetShare: under overload every admitted plan sits at the
+// edge of its budget, so a request admitted with the margin's quantile q is late with
+// probability 1 − q. A fixed q of 0.9 then breaks a 99 % promise ten times over; the adapted
+// quantile keeps the late share at the target.
+func TestAdmittedRequestsAreOnTimeAtTheTargetShare(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range []struct {
+		target float64
+		lo, hi float64 // accepted late share
+	}{
+		{0.99, 0.007, 0.013},
+		{0.95, 0.04, 0.06},
+		{0, 0.09, 0.11}, // fixed margin_quantile 0.9
+	} {
+		a := New(Config{Headroom: 1, MinSamples: 10, MarginQuantile: 0.9, OnTimeTarget: tc.target}, nil, nil)
+		late, n := 0, 200000
+		for range n {
+			l := rng.Float64() > a.Quantile()
+			if l {
+				late++
+			}
+			a.Outcome(l)
+		}
+		if share := float64(late) / float64(n); share < tc.lo || share > tc.hi {
+			t.Errorf("target %v: %.4f of admitted requests late, want in [%v, %v]", tc.target, share, tc.lo, tc.hi)
+		}
+	}
+}
+
+// TestYoungWindowNeverShrinksTheProjection: a margin below 1 (the projections ran long) admits
+// plans projected past the budget, so it waits for a window's worth of batches; the cluster's
+// first batches, answered before any queue formed, are not that evidence.
+func TestYoungWindowNeverShrinksTheProjection(t *testing.T) {
+	var acc plan.Accuracy
+	a := New(Config{Headroom: 1, MinSamples: 10, MarginQuantile: 0.9}, &acc, nil)
+	for range 32 {
+		acc.Add(0.8)
+	}
+	if m := a.Margin(); m != 1 {
+		t.Errorf("32 batches answered at 0.8× their projection: margin %v, want 1", m)
+	}
+	for range youngWindow {
+		acc.Add(0.8)
+	}
+	if m := a.Margin(); m != 0.8 {
+		t.Errorf("%d batches at 0.8×: margin %v, want 0.8", 32+youngWindow, m)
 	}
 }
