@@ -17,6 +17,7 @@ import (
 	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/internal/fakenode"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/proxy/dispatch"
 )
 
 // replanCase is a proxy over 4 nodes where each batch pays a large overhead, and a request of 32
@@ -281,24 +282,27 @@ func TestMergedPassesDoNotWidenTheMargin(t *testing.T) {
 }
 
 // TestLateAdmittedRequestsTightenAdmission: admission is judged by whether what it admitted was
-// answered in time. Requests admitted on a node's learned speed that then run past their deadline
-// (the node slowed down) raise the quantile admission takes its margin at, in the gauge too;
-// without an on-time target it stays where it was configured.
+// answered in time. Requests admitted on a node's learned speed (0.1 s a batch, in a 0.15 s
+// budget: a tight plan) that then run past their deadline (the node slowed to 0.4 s) raise the
+// quantile admission takes its margin at, in the gauge too; without an on-time target it stays
+// where it was configured. (Headroom 2 keeps admission itself out of the way; a slow_min of 1 s
+// keeps the node from being counted slow, which would make the lateness a fault's.)
 func TestLateAdmittedRequestsTightenAdmission(t *testing.T) {
 	for _, target := range []float64{0.99, 0} {
 		t.Run(fmt.Sprintf("on_time_target=%v", target), func(t *testing.T) {
 			var slow atomic.Bool
 			nodes := startNodes(t, 1, fakenode.Options{Latency: func(fakenode.Batch) time.Duration {
 				if slow.Load() {
-					return 300 * time.Millisecond
+					return 400 * time.Millisecond
 				}
-				return 5 * time.Millisecond
+				return 100 * time.Millisecond
 			}})
 			cfg := testConfig(nodes.Addrs())
-			cfg.Admission.MinSamples = 2
+			cfg.Admission.MinSamples, cfg.Admission.Headroom = 2, 2
 			cfg.Admission.MarginQuantile, cfg.Admission.OnTimeTarget = 0.9, target
+			cfg.Outlier.SlowMin = time.Second
 			p, reg := startProxy(t, cfg)
-			for i := range 12 {
+			for i := range 8 {
 				if _, err := p.Score(context.Background(), makeRequest(2, uint64(i))); err != nil {
 					t.Fatal(err)
 				}
@@ -310,7 +314,7 @@ func TestLateAdmittedRequestsTightenAdmission(t *testing.T) {
 			late := 0
 			for i := range 3 {
 				req := makeRequest(2, uint64(100+i))
-				req.TimeoutMs = 100
+				req.TimeoutMs = 150
 				if _, err := p.Score(context.Background(), req); status.Code(err) == codes.DeadlineExceeded {
 					late++
 				}
@@ -345,4 +349,39 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("%s not exported", name)
 	return 0
+}
+
+// TestLatenessJudgesOnlyWhatAMarginCovers: admission's on-time share counts a late request only
+// when a margin could have kept it out — its plan was tight (at least half the budget) and no
+// node was counted slow for it; a batch lost to a failure says nothing either way.
+func TestLatenessJudgesOnlyWhatAMarginCovers(t *testing.T) {
+	late := dispatch.Result{Err: status.Error(codes.DeadlineExceeded, "batch cannot finish before its deadline")}
+	ok := dispatch.Result{}
+	lost := dispatch.Result{Err: status.Error(codes.Unavailable, "node gone")}
+	slowOK := dispatch.Result{Slow: true}
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	tests := []struct {
+		name              string
+		ctx               context.Context
+		results           []dispatch.Result
+		projected         float64
+		wantLate, wantJug bool
+	}{
+		{"answered in time", context.Background(), []dispatch.Result{ok, ok}, 0.4, false, true},
+		{"refused by a node as late", context.Background(), []dispatch.Result{ok, late}, 0.4, true, true},
+		{"deadline passed", expired, []dispatch.Result{ok, {Err: context.Canceled}}, 0.4, true, true},
+		{"late although projected at a fifth of the budget", context.Background(), []dispatch.Result{late}, 0.1, true, false},
+		{"late on a node counted slow", context.Background(), []dispatch.Result{{Err: late.Err, Slow: true}}, 0.4, true, false},
+		{"in time, rescued from a slow node", context.Background(), []dispatch.Result{slowOK}, 0.4, false, false},
+		{"a batch lost to a failure", context.Background(), []dispatch.Result{ok, lost}, 0.4, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, j := lateness(tt.ctx, tt.results, tt.projected, 0.5)
+			if l != tt.wantLate || j != tt.wantJug {
+				t.Errorf("lateness = (late %v, judged %v), want (%v, %v)", l, j, tt.wantLate, tt.wantJug)
+			}
+		})
+	}
 }

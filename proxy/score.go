@@ -70,7 +70,8 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 	p.m.imbalance.Observe(pl.Imbalance())
 
 	dl, _ := ctx.Deadline()
-	if err := p.admitter.Admit(pl, time.Until(dl)); err != nil {
+	budget := time.Until(dl)
+	if err := p.admitter.Admit(pl, budget); err != nil {
 		// Before refusing, unless admission.replan is off, the plan that finishes this request
 		// first (more, smaller batches): at moderate load the largest requests' economical plans
 		// land just past the budget while a faster one fits.
@@ -102,7 +103,7 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 		p.m.requestRatio.Observe(time.Since(planned).Seconds() / f)
 		// Admission's promise, judged: answered in time, or late. Other failures (a node lost
 		// with no retry left) say nothing about the projection.
-		if late, judged := lateness(ctx, results); judged {
+		if late, judged := lateness(ctx, results, f, budget.Seconds()); judged {
 			p.admitter.Outcome(late)
 		}
 	}
@@ -125,23 +126,32 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 
 // lateness says whether a request whose batches ended with results ran late: its deadline
 // passed, or a batch ended DEADLINE_EXCEEDED (a node refused it as unable to finish in time, or
-// it ran out of time) — even one whose request goes on with partial results. judged is false when
-// it neither ran late nor had every batch answered (a batch lost to a node failure).
-func lateness(ctx context.Context, results []dispatch.Result) (late, judged bool) {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return true, true
-	}
-	answered := true
+// it ran out of time) — even one whose request goes on with partial results. judged is false
+// when that says nothing about admission's margin: a batch was lost to a node failure, or a
+// node was counted slow for one (a fault: outlier detection's business), or the request was
+// late although its plan left it more than half the budget (projected is the plan's finish,
+// budget the time it had): an error of 2× and more is a fault, which no margin short of refusing
+// everything covers.
+func lateness(ctx context.Context, results []dispatch.Result, projected, budget float64) (late, judged bool) {
+	answered, fault := true, false
+	deadline := errors.Is(ctx.Err(), context.DeadlineExceeded)
 	for _, r := range results {
+		fault = fault || r.Slow
 		switch {
 		case r.Err == nil:
 		case status.Code(r.Err) == codes.DeadlineExceeded || errors.Is(r.Err, context.DeadlineExceeded):
-			return true, true
+			deadline = true
 		default:
 			answered = false
 		}
 	}
-	return false, answered
+	switch {
+	case !deadline:
+		return false, answered && !fault
+	case fault || 2*projected < budget:
+		return true, false
+	}
+	return true, true
 }
 
 // oneModel is the model fingerprint the batches were answered with. A request pinned to a

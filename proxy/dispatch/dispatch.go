@@ -102,6 +102,9 @@ type Result struct {
 	Err     error
 	Retries int
 	Hedges  int
+	// Slow: a node the batch was sent to was counted slow for it (outlier detection's evidence
+	// of a fault), so its lateness says nothing about the projections.
+	Slow bool
 }
 
 // Dispatcher runs planned batches.
@@ -231,9 +234,10 @@ func (d *Dispatcher) runBatch(ctx context.Context, b *plan.Batch, first *plan.Le
 			inc(d.m.Retries)
 		}
 		tried = append(tried, l.Node)
-		resp, hedged, err := d.attempt(ctx, b, l, &tried)
+		resp, hedged, slow, err := d.attempt(ctx, b, l, &tried)
 		res.Resp, res.Err = resp, err
 		res.Hedges += hedged
+		res.Slow = res.Slow || slow
 		if err == nil {
 			break
 		}
@@ -279,7 +283,7 @@ func retryable(ctx context.Context, err error) bool {
 // after the hedging delay (when enabled), or a rescue once the call is slow. The first answer
 // wins and the other call is cancelled. It returns only after every call it started has
 // returned, so nothing outlives the request.
-func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, tried *[]*cluster.Node) (*relevancev1.ScoreBatchResponse, int, error) {
+func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, tried *[]*cluster.Node) (resp *relevancev1.ScoreBatchResponse, hedges int, slow bool, err error) {
 	type result struct {
 		resp  *relevancev1.ScoreBatchResponse
 		err   error
@@ -316,7 +320,7 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 	for l2 == nil {
 		select {
 		case r := <-ch:
-			return r.resp, 0, r.err
+			return r.resp, 0, slow1.Load(), r.err
 		case <-hedgeC:
 			hedgeC = nil
 			l2 = d.placeHedge(ctx, *tried, b, l.Finish)
@@ -379,7 +383,7 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 	if win.err == nil && win.hedge {
 		inc(d.m.HedgeWins)
 	}
-	return win.resp, 1, win.err
+	return win.resp, 1, slow1.Load() || slow2.Load(), win.err
 }
 
 // fitsDeadline reports whether a lease's projected finish comes before ctx's deadline.
