@@ -137,12 +137,7 @@ func TestAdmittedRequestsReportTheirProjectionError(t *testing.T) {
 	}
 	// The margin gauge shows what admission multiplies projections by: learned from the batches
 	// now, so not the untrained 1 unless the projections were exactly right.
-	var margin float64
-	for _, mf := range mfs {
-		if mf.GetName() == "relevance_proxy_admission_margin" {
-			margin = mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
+	margin := gaugeValue(t, reg, "relevance_proxy_admission_margin")
 	if want := p.admitter.Margin(); margin != want || !(margin >= 0.5 && margin <= 4) {
 		t.Errorf("relevance_proxy_admission_margin %v, admission's margin %v (clamped to [0.5, 4])", margin, want)
 	}

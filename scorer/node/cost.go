@@ -56,13 +56,13 @@ type costSnapshot struct {
 // marginMinPasses is how many passes the error window needs before its quantile is used.
 const marginMinPasses = 16
 
-func newCostModel(start costmodel.Coeffs, source string, cal calibration, prior scorer.CostPrior) *costModel {
-	m := &costModel{l: costmodel.NewLearner(start, learnForgetting)}
-	switch source {
-	case CostSourceCalibrated:
+// newCostModel starts a cost model from the calibration when it gave one, else from the
+// engine's prior (startCost), counting the passes that start was measured on.
+func newCostModel(cal calibration, prior scorer.CostPrior) *costModel {
+	start, source := startCost(cal, prior)
+	m := &costModel{l: costmodel.NewLearner(start, learnForgetting), base: max(0, prior.Samples)}
+	if source == CostSourceCalibrated {
 		m.base = cal.Passes
-	case prior.Source:
-		m.base = max(0, prior.Samples)
 	}
 	m.snap.Store(&costSnapshot{Coeffs: start, Source: source, Samples: m.base, Calibration: cal, Margin: 1})
 	return m

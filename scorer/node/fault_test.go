@@ -135,7 +135,7 @@ func TestFaultSlowdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cost := newCostModel(costmodel.Coeffs{A: 1e-3}, "test", calibration{}, scorer.CostPrior{})
+	cost := newCostModel(calibration{}, scorer.CostPrior{Coeffs: costmodel.Coeffs{A: 1e-3}, Source: "test"})
 	s.start(f, cost)
 	defer s.stop()
 	if r := <-j.done; r.err != nil {

@@ -296,9 +296,10 @@ func (n *Node) startCostModel(ctx context.Context, eng scorer.Engine) (*costMode
 			return nil, cal.Err
 		}
 	}
-	c, source := startCost(cal, prior)
-	m := newCostModel(c, source, cal, prior)
-	attrs := []any{"node_id", n.nodeID, "source", source, "a", c.A, "b", c.B, "c", c.C,
+	m := newCostModel(cal, prior)
+	s := m.snapshot()
+	c := s.Coeffs
+	attrs := []any{"node_id", n.nodeID, "source", s.Source, "a", c.A, "b", c.B, "c", c.C,
 		"ref_batch_seconds", c.Seconds(costmodel.RefFeatures)}
 	if cal.Took > 0 {
 		attrs = append(attrs, "calibration_seconds", cal.Took.Seconds(), "calibration_passes", cal.Passes,

@@ -112,8 +112,7 @@ func newScheduler(maxBatchTokens, maxQueue int) *scheduler {
 // engine's prior). Call once.
 func (s *scheduler) start(eng scorer.Engine, cost *costModel) {
 	if cost == nil {
-		p := eng.CostPrior()
-		cost = newCostModel(p.Coeffs, p.Source, calibration{}, p)
+		cost = newCostModel(calibration{}, eng.CostPrior())
 	}
 	s.mu.Lock()
 	s.eng, s.cost = eng, cost
@@ -417,6 +416,8 @@ func (s *scheduler) next(eng scorer.Engine) []*job {
 			if dl, ok := j.ctx.Deadline(); ok && (earliest.IsZero() || dl.Before(earliest)) {
 				earliest = dl
 			}
+			// Priced now, not j.est (at submit): the pass's estimate is made now, and a prefix
+			// cached since submit would make the two disagree.
 			alone, _ := s.estimateLocked(eng, []*scorer.Group{j.group})
 			seq += alone
 			j.seqEst = seq

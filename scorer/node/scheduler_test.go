@@ -42,14 +42,7 @@ func TestMergeKeepsEarlierDeadlines(t *testing.T) {
 			jobs := submitJobs(t, s, f, ctxA, context.Background())
 			s.start(f, nil)
 			defer s.stop()
-			for i, j := range jobs {
-				if r := <-j.done; r.err != nil {
-					t.Errorf("job %d: %v", i, r.err)
-				}
-			}
-			if diff := cmp.Diff(tc.want, f.passCounts()); diff != "" {
-				t.Errorf("groups per pass (-want +got):\n%s", diff)
-			}
+			checkPasses(t, jobs, f, tc.want)
 		})
 	}
 }
@@ -192,7 +185,7 @@ func TestMergeLeavesTheCostModelsErrorAsMargin(t *testing.T) {
 			f := newFake()
 			f.started = nil
 			f.secPerToken = 600 // each batch below is 6 tokens: an hour alone, two merged
-			cost := newCostModel(costmodel.Coeffs{A: 600}, scorer.CostSourceProfile, calibration{}, scorer.CostPrior{})
+			cost := newCostModel(calibration{}, scorer.CostPrior{Coeffs: costmodel.Coeffs{A: 600}, Source: scorer.CostSourceProfile})
 			snap := cost.snapshot()
 			snap.Margin = tc.margin
 			cost.snap.Store(&snap)
@@ -204,14 +197,7 @@ func TestMergeLeavesTheCostModelsErrorAsMargin(t *testing.T) {
 			jobs := submitJobs(t, s, f, ctxA, context.Background())
 			s.start(f, cost)
 			defer s.stop()
-			for i, j := range jobs {
-				if r := <-j.done; r.err != nil {
-					t.Errorf("job %d: %v", i, r.err)
-				}
-			}
-			if diff := cmp.Diff(tc.want, f.passCounts()); diff != "" {
-				t.Errorf("groups per pass (-want +got):\n%s", diff)
-			}
+			checkPasses(t, jobs, f, tc.want)
 		})
 	}
 }
@@ -221,7 +207,7 @@ func TestMergeLeavesTheCostModelsErrorAsMargin(t *testing.T) {
 // not a reason to merge past a deadline) nor above 2, and 1 until enough passes were measured.
 func TestCostModelMarginIsItsHighError(t *testing.T) {
 	f := costmodel.Features{Tokens: 100, Batches: 1}
-	m := newCostModel(costmodel.Coeffs{A: 1e-3}, scorer.CostSourceProfile, calibration{}, scorer.CostPrior{})
+	m := newCostModel(calibration{}, scorer.CostPrior{Coeffs: costmodel.Coeffs{A: 1e-3}, Source: scorer.CostSourceProfile})
 	for i := range marginMinPasses - 1 {
 		m.observe(f, 0.1*(1+0.05*float64(i%3)), 0.1)
 	}
@@ -253,6 +239,19 @@ func TestCostModelMarginIsItsHighError(t *testing.T) {
 
 // submitJobs queues one job per context on s, in order: job i has query "a"+i and one item "dd"
 // (6 tokens with the fake's template).
+// checkPasses waits for every job and compares the groups per pass the fake engine ran with want.
+func checkPasses(t *testing.T, jobs []*job, f *fakeEngine, want []int) {
+	t.Helper()
+	for i, j := range jobs {
+		if r := <-j.done; r.err != nil {
+			t.Errorf("job %d: %v", i, r.err)
+		}
+	}
+	if diff := cmp.Diff(want, f.passCounts()); diff != "" {
+		t.Errorf("groups per pass (-want +got):\n%s", diff)
+	}
+}
+
 func submitJobs(t *testing.T, s *scheduler, eng scorer.Engine, ctxs ...context.Context) []*job {
 	t.Helper()
 	var jobs []*job
