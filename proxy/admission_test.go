@@ -245,7 +245,7 @@ func TestNodesArePrimedWithTheirCostModel(t *testing.T) {
 // waves of concurrent requests on one merging node leave admission's margin near 1, where
 // counting it would stretch every projection several times over and refuse work that fits.
 func TestMergedPassesDoNotWidenTheMargin(t *testing.T) {
-	coeffs := costmodel.Coeffs{A: 1e-5, C: 0.02}
+	coeffs := costmodel.Coeffs{A: 1e-5, C: 0.05}
 	nodes := startNodes(t, 1, fakenode.Options{Coeffs: coeffs})
 	cfg := testConfig(nodes.Addrs())
 	cfg.Cost.Prior = coeffs
