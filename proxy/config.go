@@ -181,6 +181,13 @@ type OutlierConfig struct {
 	// be ejected when there are two or more). Default 10, as Envoy's: detection must never take
 	// a loaded cluster's capacity away wholesale.
 	MaxEjectionPercent int `yaml:"max_ejection_percent" json:"max_ejection_percent"`
+	// StallTimeout: a node whose batch is overdue, and that has answered nothing since the batch
+	// was sent, gets this long to answer a health check; silent, it is stalled (a stopped or
+	// frozen process): it takes no batches until it answers again, and the batches waiting on it
+	// are rescued elsewhere at once while their deadlines allow. Not an ejection, and not turned
+	// off by Disabled. 0: no stall detection. Default 50ms (a live node, even one saturated with
+	// work, answers in a few milliseconds: its gRPC server runs beside the compute).
+	StallTimeout time.Duration `yaml:"stall_timeout" json:"stall_timeout"`
 }
 
 // ModelConfig names the model the proxy serves. A request naming another model is answered as
@@ -271,7 +278,8 @@ func DefaultConfig() Config {
 		Hedge:     HedgeConfig{Quantile: 0.95, MinDelay: 2 * time.Millisecond, MinSamples: 20},
 		Admission: AdmissionConfig{Headroom: 1, MinSamples: 10, MarginQuantile: 0.9, Replan: true, ReplanFit: 0.8},
 		Outlier: OutlierConfig{ConsecutiveSlow: 3, SlowFactor: 3, SlowMin: 50 * time.Millisecond,
-			BaseEjection: time.Second, MaxEjection: 30 * time.Second, MaxEjectionPercent: 10},
+			BaseEjection: time.Second, MaxEjection: 30 * time.Second, MaxEjectionPercent: 10,
+			StallTimeout: 50 * time.Millisecond},
 		Cost: CostConfig{
 			TokenCounter:     TokensEstimate,
 			LearnTokenCounts: true,
@@ -410,6 +418,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Outlier.MaxEjectionPercent < 0 || c.Outlier.MaxEjectionPercent > 100 {
 		bad("outlier.max_ejection_percent", "must be in [0, 100]", c.Outlier.MaxEjectionPercent)
+	}
+	if c.Outlier.StallTimeout < 0 {
+		bad("outlier.stall_timeout", "must be ≥ 0", c.Outlier.StallTimeout)
 	}
 	if c.Cost.TokenCounter != TokensEstimate && c.Cost.TokenCounter != TokensExact {
 		bad("cost.token_counter", "must be "+TokensExact+" or "+TokensEstimate, strconv.Quote(c.Cost.TokenCounter))

@@ -72,7 +72,7 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 		}),
 		copiesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "relevance_proxy_copies_refused_total",
-			Help: "Straggling batches whose hedge or rescue was due but sent nowhere, by kind (hedge, rescue, slow: the rescue when the call is counted slow) and reason (no_node: none eligible; deadline: the best node could not finish before the deadline; not_sooner: no node would finish it before the straggler's own schedule or work ahead; budget: the retry budget was spent).",
+			Help: "Straggling batches whose hedge or rescue was due but sent nowhere, by kind (hedge, rescue, slow: the rescue when the call is counted slow, stall: the rescue from a node found stalled) and reason (no_node: none eligible; deadline: the best node could not finish before the deadline; not_sooner: no node would finish it before the straggler's own schedule or work ahead; budget: the retry budget was spent).",
 		}, []string{"kind", "reason"}),
 		requestRatio: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "relevance_proxy_request_projection_ratio",

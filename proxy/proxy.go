@@ -85,10 +85,11 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 			MaxEjection:        cfg.Outlier.MaxEjection,
 			MaxEjectionPercent: cfg.Outlier.MaxEjectionPercent,
 		},
-		Prior:       cfg.Cost.Prior,
-		Forgetting:  cfg.Cost.Forgetting,
-		WarmSamples: cfg.Cost.WarmSamples,
-		Prime:       cfg.Cost.Prime,
+		StallTimeout: cfg.Outlier.StallTimeout,
+		Prior:        cfg.Cost.Prior,
+		Forgetting:   cfg.Cost.Forgetting,
+		WarmSamples:  cfg.Cost.WarmSamples,
+		Prime:        cfg.Cost.Prime,
 	}, log)
 	if cfg.Cache.BudgetBytes > 0 {
 		p.cache = scorecache.New(cfg.Cache.BudgetBytes, cfg.Cache.TTL, nil)

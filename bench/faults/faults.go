@@ -433,6 +433,10 @@ type nodeStatus struct {
 	Slow      int64  `json:"slow"`
 	Ejected   bool   `json:"ejected"`
 	Ejections int64  `json:"ejections"`
+	// Stalled: the proxy found the node silent (no answer to a health check with batches
+	// overdue); Stalls counts how many times.
+	Stalled bool  `json:"stalled"`
+	Stalls  int64 `json:"stalls"`
 	// SpeedRatio is the proxy's learned time of the node for a reference batch over its prior's.
 	SpeedRatio float64 `json:"speed_ratio"`
 }
@@ -707,7 +711,7 @@ func machine() string {
 var watchedCounters = []string{"relevance_proxy_rejected_total", "relevance_proxy_retries_total",
 	"relevance_proxy_hedges_total", "relevance_proxy_rescues_total", "relevance_proxy_rescues_deferred_total",
 	"relevance_proxy_copies_refused_total", "relevance_proxy_score_cache_hits_total",
-	"relevance_proxy_request_projection_ratio_bucket"}
+	"relevance_proxy_request_projection_ratio_bucket", "relevance_proxy_node_stalls_total"}
 
 // counters reads the watched counters from the proxy's /metrics, by series (nil when it cannot).
 func (e *env) counters(ctx context.Context) map[string]float64 {

@@ -270,6 +270,7 @@ func nodeShare(r *Result, before, after map[string]nodeStatus, addr string) {
 	}
 	r.add("node_ejections", float64(after[addr].Ejections-before[addr].Ejections), "")
 	r.add("node_slow_outcomes", float64(after[addr].Slow-before[addr].Slow), "")
+	r.add("node_stalls", float64(after[addr].Stalls-before[addr].Stalls), "")
 	if v := after[addr].SpeedRatio; v > 0 {
 		r.add("node_speed_ratio_end", v, "")
 	}
@@ -280,6 +281,9 @@ func nodeShare(r *Result, before, after map[string]nodeStatus, addr string) {
 type ejectionWatch struct {
 	first         time.Time
 	polls, ejects int
+	// firstStall and stalls: the same for the node found stalled (package cluster's stall.go).
+	firstStall time.Time
+	stalls     int
 }
 
 func (e *env) watchEjection(ctx context.Context, addr string, end time.Time) ejectionWatch {
@@ -291,6 +295,12 @@ func (e *env) watchEjection(ctx context.Context, addr string, end time.Time) eje
 				w.ejects++
 				if w.first.IsZero() {
 					w.first = time.Now()
+				}
+			}
+			if m[addr].Stalled {
+				w.stalls++
+				if w.firstStall.IsZero() {
+					w.firstStall = time.Now()
 				}
 			}
 		}
@@ -305,6 +315,10 @@ func addEjection(r *Result, w ejectionWatch, tFault time.Time, calls []call) {
 	addSince(r, "fault_to_ejection_s", tFault, w.first)
 	if w.polls > 0 {
 		r.add("ejected_time_share", float64(w.ejects)/float64(w.polls), "")
+	}
+	if !w.firstStall.IsZero() {
+		addSince(r, "fault_to_stall_s", tFault, w.firstStall)
+		r.add("stalled_time_share", float64(w.stalls)/float64(w.polls), "")
 	}
 	if !w.first.IsZero() {
 		r.add("failed_before_ejection", float64(failedBetween(calls, tFault, w.first)), "req")

@@ -48,6 +48,10 @@ type Config struct {
 	Breaker BreakerConfig
 	// Outlier configures outlier detection.
 	Outlier OutlierConfig
+	// StallTimeout is how long a node with overdue batches that has answered nothing since they
+	// were sent gets to answer a health check before it counts as stalled (stall.go); 0: no
+	// stall detection.
+	StallTimeout time.Duration
 	// Prior is every node's starting cost model; Forgetting the learner's factor in (0, 1].
 	Prior      costmodel.Coeffs
 	Forgetting float64
@@ -95,6 +99,9 @@ type Cluster struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	bg      sync.WaitGroup // the DNS loop
+	// checks are the stall checks running (stall.go); checksMu orders their start against Close.
+	checksMu sync.Mutex
+	checks   sync.WaitGroup
 }
 
 // New builds a cluster; it connects to nothing until Start.
@@ -174,26 +181,34 @@ func (c *Cluster) notify() {
 func (c *Cluster) Snapshot() []*Node { return *c.members.Load() }
 
 // Eligible lists the nodes a batch may go to: healthy, breaker not open, not ejected as an
-// outlier, not in exclude.
+// outlier, not stalled, not in exclude.
 func (c *Cluster) Eligible(exclude []*Node) []*Node {
-	var out, probation []*Node
+	var out, probation, stalled []*Node
 	now := time.Now()
 	c.priceWarming()
 	for _, n := range c.Snapshot() {
 		if n.healthy.Load() && n.breaker.State() != gobreaker.StateOpen && !n.Ejected(now) && !slices.Contains(exclude, n) {
-			if n.probation.Load() {
+			switch {
+			case n.stalled.Load():
+				stalled = append(stalled, n)
+			case n.probation.Load():
 				probation = append(probation, n)
-				continue
+			default:
+				out = append(out, n)
 			}
-			out = append(out, n)
 		}
 	}
 	// A node back from an ejection earns its way back with probes (TakeProbe) rather than the
-	// requests' own batches, unless no other node is left.
-	if len(out) == 0 {
+	// requests' own batches, unless no other node is left; a stalled node takes batches only
+	// when no other node can (a whole machine paused stalls every node: refusing all of them
+	// would fail every request at once, where waiting may still make the deadline).
+	switch {
+	case len(out) > 0:
+		return out
+	case len(probation) > 0:
 		return probation
 	}
-	return out
+	return stalled
 }
 
 // TakeProbe returns a node on probation — back from an outlier ejection with no outcome since —
@@ -323,6 +338,10 @@ type NodeStatus struct {
 	Ejected        bool    `json:"ejected"`
 	EjectedSeconds float64 `json:"ejected_seconds,omitempty"`
 	Ejections      int32   `json:"ejections"`
+	// Stalled: the node did not answer a health check while its batches were overdue (it takes
+	// no batches until it answers); Stalls counts how many times it was found so.
+	Stalled bool  `json:"stalled"`
+	Stalls  int64 `json:"stalls"`
 }
 
 // Status reports every node's state, sorted by address.
@@ -351,6 +370,8 @@ func (c *Cluster) Status() []NodeStatus {
 			Ejected:             n.Ejected(now),
 			EjectedSeconds:      max(0, time.Unix(0, n.ejectedUntil.Load()).Sub(now).Seconds()),
 			Ejections:           n.ejections.Load(),
+			Stalled:             n.stalled.Load(),
+			Stalls:              n.stalls.Load(),
 		})
 	}
 	return out
@@ -371,6 +392,9 @@ func (c *Cluster) Close() error {
 	}
 	c.cancel()
 	c.bg.Wait()
+	c.checksMu.Lock() // no stall check starts after this (closed is set)
+	c.checksMu.Unlock()
+	c.checks.Wait()
 	c.membersMu.Lock()
 	nodes := append(*c.members.Load(), c.gone...)
 	c.members.Store(&[]*Node{})

@@ -34,10 +34,12 @@ var (
 		"Batches the node answered successfully.", []string{"node"}, nil)
 	descErrors = prometheus.NewDesc("relevance_proxy_node_errors_total",
 		"Failed calls to the node (cancellations excluded).", []string{"node"}, nil)
+	descStalls = prometheus.NewDesc("relevance_proxy_node_stalls_total",
+		"Times the node was found stalled: no answer to a health check within outlier.stall_timeout while its batches were overdue.", []string{"node"}, nil)
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInflight, descBacklog, descSpeed, descCoef, descHealthy, descBreaker, descTransitions, descBatches, descErrors} {
+	for _, d := range []*prometheus.Desc{descInflight, descBacklog, descSpeed, descCoef, descHealthy, descBreaker, descTransitions, descBatches, descErrors, descStalls} {
 		ch <- d
 	}
 }
@@ -63,6 +65,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(n.batches.Load()), n.addr)
 		ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(n.errors.Load()), n.addr)
+		ch <- prometheus.MustNewConstMetric(descStalls, prometheus.CounterValue, float64(n.stalls.Load()), n.addr)
 	}
 }
 

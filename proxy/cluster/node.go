@@ -70,6 +70,14 @@ type Node struct {
 	probation    atomic.Bool  // back from an ejection, no OK outcome yet
 	probing      atomic.Bool  // a probe (TakeProbe) is in flight
 
+	// Stall detection (stall.go).
+	lastAnswer atomic.Int64 // unix nanoseconds of the node's last answer to a call or check
+	stalled    atomic.Bool
+	checking   atomic.Bool // a stall check is running
+	stalls     atomic.Int64
+	stallMu    sync.Mutex
+	stallCh    chan struct{} // closed when found stalled; replaced when it answers; guarded by stallMu
+
 	model       atomic.Pointer[string] // the model name of the node's last reply
 	fingerprint atomic.Pointer[string] // the model fingerprint of the node's last reply
 

@@ -29,6 +29,11 @@
 //     ends; else the rescue waits once for the schedule (+RescueMinLate, and no later than the
 //     last moment a copy still makes the deadline). A rescue is no evidence against the node:
 //     only the slow mark is.
+//   - Stall: a batch overdue (past its projected finish by RescueMinLate, or due a rescue or a
+//     slow mark) on a node that has answered nothing lately makes the cluster check the node's
+//     health (cluster.SuspectStall). A node found stalled — silent, as a stopped process is —
+//     takes no new batches, and every batch waiting on it is rescued at once, without waiting
+//     for its schedule: a stalled node's schedule means nothing.
 //   - In fail-fast mode the first batch that fails for good cancels the others.
 //   - Probe: a node back from an outlier ejection (package cluster: probation) gets a copy of the
 //     request's smallest batch, sent beside the batch itself; the request never waits for it.
@@ -103,7 +108,7 @@ type Result struct {
 	Retries int
 	Hedges  int
 	// Slow: a node the batch was sent to was counted slow for it (outlier detection's evidence
-	// of a fault), so its lateness says nothing about the projections.
+	// of a fault) or found stalled, so its lateness says nothing about the projections.
 	Slow bool
 }
 
@@ -316,11 +321,29 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 		defer t.Stop()
 		stuckC = t.C
 	}
+	// Overdue on a node that has answered nothing lately: is it stalled (package cluster)? Every
+	// call waiting on a stalled node hears of it through stallC and is rescued at once.
+	overdue := time.NewTimer(time.Duration(l.Finish*float64(time.Second)) + d.cfg.RescueMinLate)
+	defer overdue.Stop()
+	overdueC, stallC := overdue.C, l.Node.StallSignal()
 	var l2 *plan.Lease
 	for l2 == nil {
 		select {
 		case r := <-ch:
 			return r.resp, 0, slow1.Load(), r.err
+		case <-overdueC:
+			overdueC = nil
+			d.cluster.SuspectStall(l.Node, time.Now())
+		case <-stallC:
+			// The node does not answer at all: no schedule of its is worth waiting for. Its
+			// call, if it is answered after all, says nothing of the node's speed or of the
+			// plan's error: marked as counted, it is neither learned from nor counted slow (a
+			// stall is the stall detector's business, not an outlier's outcome).
+			stallC = nil
+			slow1.CompareAndSwap(false, true)
+			if l2 = d.placeRescue(ctx, "stall", *tried, b, math.Inf(1)); l2 != nil {
+				inc(d.m.Rescues)
+			}
 		case <-hedgeC:
 			hedgeC = nil
 			l2 = d.placeHedge(ctx, *tried, b, l.Finish)
@@ -328,6 +351,7 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 			// Overdue while a second node can still make the deadline: send it there too. The
 			// node is not blamed: a batch 1.5× late is load or noise as often as a fault.
 			rescueC = nil
+			d.cluster.SuspectStall(l.Node, time.Now()) // the copy may win: ask now, not at overdueC
 			// A node merges the batches queued when a pass starts into that pass, so a batch
 			// answers when its pass ends, after batches placed behind it: late against its own
 			// slot in the node's queue, on time against the node's whole schedule. While the node
@@ -356,6 +380,7 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 			// Slow: evidence against the node now, before the call ends, and a rescue on
 			// another node while the deadline allows.
 			stuckC = nil
+			d.cluster.SuspectStall(l.Node, time.Now())
 			if slow1.CompareAndSwap(false, true) {
 				d.cluster.ReportSlow(l.Node, time.Now(), d.cfg.SlowFactor)
 			}
@@ -499,6 +524,9 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slo
 			// mixed with the other batches'. Another node of the request's model takes the batch.
 			err = status.Errorf(codes.Aborted, "node %s answers with model fingerprint %s; the request is served by %s", n.Addr(), fp, b.Fingerprint)
 		}
+	}
+	if err == nil || ctx.Err() == nil && status.Code(err) != codes.Unavailable && status.Code(err) != codes.Canceled {
+		d.cluster.Answered(n, time.Now()) // the node said something: not stalled
 	}
 	verdict := classify(ctx, err, el, l.Finish)
 	if l.Done != nil {
