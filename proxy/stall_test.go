@@ -39,7 +39,11 @@ func startFreezer(t *testing.T, target string) *freezer {
 	return f
 }
 
-func (f *freezer) Addr() string { return f.ln.Addr().String() }
+func (f *freezer) Addr() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ln.Addr().String()
+}
 
 // Freeze stops (true) or resumes (false) the flow of bytes.
 func (f *freezer) Freeze(on bool) {
@@ -49,9 +53,36 @@ func (f *freezer) Freeze(on bool) {
 	f.cond.Broadcast()
 }
 
+// Restart drops every relayed connection and refuses new ones for down, as a node killed and
+// restarted by its supervisor does, then listens again on the same address.
+func (f *freezer) Restart(t *testing.T, down time.Duration) {
+	t.Helper()
+	addr := f.Addr()
+	f.ln.Close()
+	f.mu.Lock()
+	for _, c := range f.conns {
+		c.Close()
+	}
+	f.conns = nil
+	f.mu.Unlock()
+	f.cond.Broadcast()
+	time.Sleep(down)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen again on %s: %v", addr, err)
+	}
+	f.mu.Lock()
+	f.ln = ln
+	f.mu.Unlock()
+	f.wg.Go(f.accept)
+}
+
 func (f *freezer) accept() {
+	f.mu.Lock()
+	ln := f.ln
+	f.mu.Unlock()
 	for {
-		c, err := f.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
@@ -76,7 +107,7 @@ func (f *freezer) pipe(dst, src net.Conn) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			f.mu.Lock()
-			for f.frozen && !f.closed {
+			for f.frozen && !f.closed && !isClosed(dst) {
 				f.cond.Wait()
 			}
 			f.mu.Unlock()
@@ -94,8 +125,8 @@ func (f *freezer) pipe(dst, src net.Conn) {
 }
 
 func (f *freezer) close() {
-	f.ln.Close()
 	f.mu.Lock()
+	f.ln.Close()
 	f.closed = true
 	for _, c := range f.conns {
 		c.Close()
@@ -198,5 +229,39 @@ func TestStallDetectionOff(t *testing.T) {
 	}
 	if s := nodeStatus(t, p, fr.Addr()); s.Stalled || s.Stalls != 0 {
 		t.Errorf("stopped node with stall detection off: %+v", s)
+	}
+}
+
+// isClosed reports whether c was closed here (a zero-length write fails at once then).
+func isClosed(c net.Conn) bool {
+	_, err := c.Write(nil)
+	return errors.Is(err, net.ErrClosed)
+}
+
+// TestStalledNodeThatRestartsIsBackInTraffic: a stopped node killed and restarted (its
+// connections dropped and refused for a while, then a process behind the address again) is not
+// left marked stalled: the proxy keeps asking through the refusals until it answers.
+func TestStalledNodeThatRestartsIsBackInTraffic(t *testing.T) {
+	p, fr, stopped, _ := stoppedPair(t, func(*Config) {})
+	addr := fr.Addr()
+	fr.Freeze(true)
+	for i := range 5 {
+		score(t, p, makeRequest(8, uint64(100+i)))
+	}
+	if !nodeStatus(t, p, addr).Stalled {
+		t.Fatal("the stopped node was not found stalled")
+	}
+	fr.Freeze(false)
+	fr.Restart(t, 300*time.Millisecond) // its checks meet a refused connection meanwhile
+	waitUntil(t, "the restarted node to be back", func() bool {
+		s := nodeStatus(t, p, addr)
+		return !s.Stalled && s.Healthy
+	})
+	calls := stopped.Calls()
+	for i := range 10 {
+		score(t, p, makeRequest(8, uint64(200+i)))
+	}
+	if stopped.Calls() == calls {
+		t.Error("the restarted node got no batches")
 	}
 }

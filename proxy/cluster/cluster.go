@@ -99,9 +99,11 @@ type Cluster struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	bg      sync.WaitGroup // the DNS loop
-	// checks are the stall checks running (stall.go); checksMu orders their start against Close.
-	checksMu sync.Mutex
-	checks   sync.WaitGroup
+	// checks are the stall checks running (stall.go); checksMu orders their start against
+	// Close, which sets checksOver.
+	checksMu   sync.Mutex
+	checks     sync.WaitGroup
+	checksOver bool // guarded by checksMu
 }
 
 // New builds a cluster; it connects to nothing until Start.
@@ -392,7 +394,8 @@ func (c *Cluster) Close() error {
 	}
 	c.cancel()
 	c.bg.Wait()
-	c.checksMu.Lock() // no stall check starts after this (closed is set)
+	c.checksMu.Lock()
+	c.checksOver = true // no stall check starts after this
 	c.checksMu.Unlock()
 	c.checks.Wait()
 	c.membersMu.Lock()

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 // Stall detection. A stopped process (SIGSTOP, a paused VM, a host thrashing in swap) looks to
@@ -70,7 +72,7 @@ func (c *Cluster) SuspectStall(n *Node, now time.Time) {
 	}
 	c.checksMu.Lock()
 	defer c.checksMu.Unlock()
-	if c.closed.Load() {
+	if c.checksOver {
 		n.checking.Store(false)
 		return
 	}
@@ -90,14 +92,16 @@ func (c *Cluster) checkStall(n *Node) {
 		case answered:
 			c.Answered(n, time.Now())
 			return
-		case !errors.Is(err, context.DeadlineExceeded):
-			// Refused or unreachable, not silent: a lost connection is the health watch's and
-			// the breaker's business.
+		case errors.Is(err, context.DeadlineExceeded) && n.lastAnswer.Load() < start.UnixNano():
+			c.stall(n, start) // silent, and no call answered meanwhile
+		case !n.stalled.Load():
+			// It answered a call meanwhile (busy, not stopped), or the check was refused or the
+			// node is unreachable: a lost connection is the health watch's and the breaker's
+			// business, not a stall.
 			return
-		case n.lastAnswer.Load() >= start.UnixNano():
-			return // it answered a call meanwhile: busy, not stopped
 		}
-		c.stall(n, start)
+		// Stalled: ask again until it answers, even while unreachable (a stopped node killed
+		// and restarted must not stay marked stalled with nobody asking).
 		t := time.NewTimer(stallRecheck)
 		select {
 		case <-c.ctx.Done():
@@ -121,13 +125,15 @@ func (n *Node) ping(ctx context.Context, timeout time.Duration) (answered bool, 
 		return true, nil
 	}
 	_, err = healthpb.NewHealthClient(n.conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	if err == nil {
+	switch {
+	case err == nil:
 		return true, nil
-	}
-	if ctx.Err() != nil {
+	case ctx.Err() != nil:
 		return false, ctx.Err()
+	case status.Code(err) == codes.Unavailable:
+		return false, err // no connection: nobody answered
 	}
-	return false, err
+	return true, nil // an error the server sent (e.g. no health service) is an answer too
 }
 
 // stall marks n stalled, unless it answered since the check began at start, and tells every call
