@@ -181,10 +181,10 @@ type OutlierConfig struct {
 	// be ejected when there are two or more). Default 10, as Envoy's: detection must never take
 	// a loaded cluster's capacity away wholesale.
 	MaxEjectionPercent int `yaml:"max_ejection_percent" json:"max_ejection_percent"`
-	// StallTimeout: a node whose batch is overdue, and that has answered nothing since the batch
-	// was sent, gets this long to answer a health check; silent, it is stalled (a stopped or
-	// frozen process): it takes no batches until it answers again, and the batches waiting on it
-	// are rescued elsewhere at once while their deadlines allow. Not an ejection, and not turned
+	// StallTimeout: a node whose batch is overdue, and that has answered nothing for this long,
+	// gets this long to answer a health check; silent, it is stalled (a stopped or frozen
+	// process): it takes no batches until it answers again, and the batches waiting on it are
+	// rescued elsewhere at once while their deadlines allow. Not an ejection, and not turned
 	// off by Disabled. 0: no stall detection. Default 50ms (a live node, even one saturated with
 	// work, answers in a few milliseconds: its gRPC server runs beside the compute).
 	StallTimeout time.Duration `yaml:"stall_timeout" json:"stall_timeout"`

@@ -48,9 +48,9 @@ type Config struct {
 	Breaker BreakerConfig
 	// Outlier configures outlier detection.
 	Outlier OutlierConfig
-	// StallTimeout is how long a node with overdue batches that has answered nothing since they
-	// were sent gets to answer a health check before it counts as stalled (stall.go); 0: no
-	// stall detection.
+	// StallTimeout is how long a node with an overdue batch must have been silent before its
+	// health is checked, and how long it then gets to answer before it counts as stalled
+	// (stall.go); 0: no stall detection.
 	StallTimeout time.Duration
 	// Prior is every node's starting cost model; Forgetting the learner's factor in (0, 1].
 	Prior      costmodel.Coeffs
