@@ -299,3 +299,27 @@ func TestModelComplete(t *testing.T) {
 		t.Fatal("complete dir not recognised")
 	}
 }
+
+// TestSelfTestLeavesTheExampleUncached: the proxy's score cache is keyed by query and item, so a
+// self-test that shared the printed example's query would turn the user's first copy-paste into
+// a cache hit (prompt_tokens 0). Both bodies must also be valid requests of the same shape.
+func TestSelfTestLeavesTheExampleUncached(t *testing.T) {
+	type body struct {
+		Query     string   `json:"query"`
+		Documents []string `json:"documents"`
+		TopN      int      `json:"top_n"`
+	}
+	var ex, st body
+	if err := json.Unmarshal([]byte(ExampleRerankBody), &ex); err != nil {
+		t.Fatalf("example body: %v", err)
+	}
+	if err := json.Unmarshal([]byte(SelfTestBody), &st); err != nil {
+		t.Fatalf("self-test body: %v", err)
+	}
+	if st.Query == ex.Query {
+		t.Errorf("self-test query %q is the example's", st.Query)
+	}
+	if len(st.Documents) != len(ex.Documents) || st.TopN != ex.TopN {
+		t.Errorf("self-test %d documents, top_n %d; example %d, %d: want the same shape", len(st.Documents), st.TopN, len(ex.Documents), ex.TopN)
+	}
+}

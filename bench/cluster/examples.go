@@ -7,11 +7,18 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 )
 
-// ExampleRerankBody is the body of the printed /v1/rerank example (and of the self-test).
+// ExampleRerankBody is the body of the printed /v1/rerank example.
 const ExampleRerankBody = `{"query":"wireless noise cancelling earbuds","documents":["Acme wireless earbuds, noise-cancelling, 30 h battery, USB-C","Stainless steel water bottle, 1 L, keeps drinks cold for 24 h","Kestrel over-ear headphones with active noise cancelling","无线蓝牙耳机 降噪 长续航"],"top_n":3,"return_documents":true}`
+
+// SelfTestBody is the self-test's /v1/rerank body: the example's shape (four documents, one of
+// them Chinese, top_n, return_documents) on a query and documents of its own. Were it the example
+// itself, the proxy's score cache would answer the user's first copy-paste from the self-test's
+// scores, with usage.prompt_tokens 0 and every item cached, instead of showing a real pass.
+const SelfTestBody = `{"query":"cast iron skillet","documents":["Pre-seasoned cast iron skillet, 26 cm, oven safe","Wireless mechanical keyboard with hot-swappable switches","Enamelled cast iron casserole, 4 L","铸铁平底锅 不粘 26厘米"],"top_n":3,"return_documents":true}`
 
 // Examples returns copy-paste commands for a proxy at httpAddr and grpcAddr.
 func Examples(httpAddr, grpcAddr string) string {
@@ -31,12 +38,13 @@ func Examples(httpAddr, grpcAddr string) string {
 `, httpAddr, grpcAddr, ExampleRerankBody)
 }
 
-// SelfTest sends the /v1/rerank example and returns the reply's results, so the printed
-// examples are known to work before they are shown.
+// SelfTest sends SelfTestBody to /v1/rerank and returns the reply's results, so the printed
+// examples' route, proxy and nodes are known to work before they are shown (and the nodes have
+// computed the prompt template once, so the user's first request is timed as a warm node's).
 func SelfTest(ctx context.Context, httpAddr string, timeout time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+httpAddr+"/v1/rerank", bytes.NewReader([]byte(ExampleRerankBody)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+httpAddr+"/v1/rerank", strings.NewReader(SelfTestBody))
 	if err != nil {
 		return "", err
 	}

@@ -23,7 +23,7 @@ func runCluster(args []string) error {
 	split := fs.String("split", "", "proxy split strategy: fixed or cost (overrides proxy.split)")
 	route := fs.String("route", "", "proxy routing: random, round_robin or least_loaded (overrides proxy.route)")
 	hedge := fs.Bool("hedge", false, "enable proxy hedging")
-	selfTest := fs.Bool("self-test", true, "send the printed /v1/rerank example once before printing it")
+	selfTest := fs.Bool("self-test", true, "send a /v1/rerank request of its own (not the printed example, which it would leave in the score cache) once before printing the examples")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
