@@ -34,9 +34,10 @@ func buildBinaries(t *testing.T) string {
 
 func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 
-// TestEndToEnd runs two scenarios, quick, on two real emulated nodes and a real proxy: a node
-// SIGKILLed under load (restarted by the supervisor, watched back into traffic) and the malformed
-// inputs (which must leave every process alive).
+// TestEndToEnd runs three scenarios, quick, on two real emulated nodes and a real proxy: the
+// baseline (with the ideal scheduler's yardstick and the nodes' own accounts), a node SIGKILLed
+// under load (restarted by the supervisor, watched back into traffic) and the malformed inputs
+// (which must leave every process alive).
 func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster and sends load for ~15 s")
@@ -52,7 +53,7 @@ func TestEndToEnd(t *testing.T) {
 	cfg.Nodes.Count, cfg.Nodes.Engine, cfg.Nodes.CostProfile = 2, "emulated", "../results/profile-small-auto.json"
 	var lines []string
 	var pids []int
-	o := Options{Cluster: cfg, Workload: spec, Quick: true, Capacity: 3, Scenarios: []string{"sigkill", "malformed"},
+	o := Options{Cluster: cfg, Workload: spec, Quick: true, Capacity: 3, Scenarios: []string{"baseline", "sigkill", "malformed"},
 		OnResult: func(r Result) { lines = append(lines, r.Line()) }}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -67,12 +68,22 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%s in %v:\n%s", rep.Summary(), time.Since(start).Round(time.Second), strings.Join(lines, "\n"))
-	if len(rep.Results) != 2 || rep.Results[0].Name != "sigkill" || rep.Results[1].Name != "malformed" {
-		t.Fatalf("results %+v, want sigkill and malformed", rep.Results)
+	if len(rep.Results) != 3 || rep.Results[0].Name != "baseline" || rep.Results[1].Name != "sigkill" || rep.Results[2].Name != "malformed" {
+		t.Fatalf("results %+v, want baseline, sigkill and malformed", rep.Results)
 	}
-	kill, bad := rep.Results[0], rep.Results[1]
-	if kill.Err != "" || bad.Err != "" {
-		t.Errorf("suite errors: %q, %q", kill.Err, bad.Err)
+	base, kill, bad := rep.Results[0], rep.Results[1], rep.Results[2]
+	if base.Err != "" || kill.Err != "" || bad.Err != "" {
+		t.Errorf("suite errors: %q, %q, %q", base.Err, kill.Err, bad.Err)
+	}
+	// The baseline prices its requests for the ideal scheduler and reads the nodes' work: a load
+	// of 70 % of a given capacity is real work on both sides (not 0, not above the whole cluster).
+	for _, f := range []string{"ideal_load", "node_busy", "batches_per_request"} {
+		if v, ok := base.figure(f); !ok || !(v > 0) || (f != "batches_per_request" && v > 1.5) {
+			t.Errorf("baseline: %s = %v (measured %v); figures %+v", f, v, ok, base.Figures)
+		}
+	}
+	if _, ok := base.figure("ideal_failed"); !ok {
+		t.Errorf("baseline: ideal_failed not measured; figures %+v", base.Figures)
 	}
 	// The killed node came back: restarted, ready, and in traffic again. (Whether the cluster
 	// met the goals on this shared machine is the verdict's business, not this test's.)
@@ -90,7 +101,7 @@ func TestEndToEnd(t *testing.T) {
 	if v, _ := bad.figure("cases"); v < 200 {
 		t.Errorf("malformed: %v cases, want ≥ 200", v)
 	}
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], string(kill.Verdict)+" sigkill: ") {
+	if len(lines) != 3 || !strings.HasPrefix(lines[1], string(kill.Verdict)+" sigkill: ") {
 		t.Errorf("lines %q", lines)
 	}
 	out := t.TempDir()

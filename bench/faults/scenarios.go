@@ -121,14 +121,24 @@ func failureDetails(calls []call, ref time.Time, refName string, n int) []string
 }
 
 func runBaseline(ctx context.Context, e *env, r *Result) error {
-	rec, t0, err := e.steady(ctx, 0.7, e.d.load, nil)
+	var before nodeWork
+	var from time.Time
+	rec, t0, err := e.steady(ctx, 0.7, e.d.load, func(t0 time.Time, _ *recorder) {
+		sleep(ctx, time.Until(t0.Add(e.d.warmup)))
+		from, before = time.Now(), e.nodeWork(ctx)
+	})
 	if err != nil {
 		return err
 	}
 	defer rec.close()
+	after, to := e.nodeWork(ctx), time.Now()
 	calls := e.measured(r, rec, t0, 0.7, e.d.load)
 	s := r.Summary
 	e.baseline = &s
+	e.addNodeWork(r, before, after, to.Sub(from), len(calls))
+	if err := e.idealFigures(r, rec.snapshot(), t0, t0.Add(e.d.warmup), t0.Add(e.d.load)); err != nil {
+		return err
+	}
 	// A failure counts against the cluster only when the request is one that an idle cluster
 	// serves within the SLO: send each failed request again, alone, once the load is over.
 	var failed []call

@@ -45,7 +45,11 @@ type Prepared struct {
 	grpc  *relevancev1.ScoreRequest // gRPC message
 	items int                       // items sent
 	want  int                       // results expected in the reply
+	req   *workload.Request         // what was encoded
 }
+
+// Request is the workload request p encodes (nil for a zero Prepared).
+func (p Prepared) Request() *workload.Request { return p.req }
 
 // Items is the number of items the request scores.
 func (p Prepared) Items() int { return p.items }
@@ -202,13 +206,13 @@ func (t *httpTarget) Prepare(r *workload.Request) (Prepared, error) {
 		if err != nil {
 			return Prepared{}, fmt.Errorf("encode score request: %w", err)
 		}
-		return Prepared{body: b, items: len(r.Items), want: len(r.Items)}, nil
+		return Prepared{body: b, items: len(r.Items), want: len(r.Items), req: r}, nil
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return Prepared{}, fmt.Errorf("encode rerank request: %w", err)
 	}
-	return Prepared{body: b, items: len(r.Items), want: expected(r)}, nil
+	return Prepared{body: b, items: len(r.Items), want: expected(r), req: r}, nil
 }
 
 // reply is the part of every HTTP answer the tool checks: the rerank shapes list results, the
@@ -281,7 +285,7 @@ func scoreRequest(r *workload.Request, noCache bool) *relevancev1.ScoreRequest {
 }
 
 func (t *grpcTarget) Prepare(r *workload.Request) (Prepared, error) {
-	return Prepared{grpc: scoreRequest(r, t.noCache), items: len(r.Items), want: len(r.Items)}, nil
+	return Prepared{grpc: scoreRequest(r, t.noCache), items: len(r.Items), want: len(r.Items), req: r}, nil
 }
 
 func (t *grpcTarget) Do(ctx context.Context, p Prepared) error {
