@@ -14,20 +14,22 @@ import (
 
 // The ideal scheduler: a yardstick for the goal "0 failed requests at 70 % of capacity".
 //
-// Open-loop Poisson arrivals bunch up: at 70 % of capacity some half-second windows bring more
-// work than the cluster can do in half a second. To tell failures that no proxy could avoid from
-// those a better one would, the baseline scenario replays its own arrivals (the actual send
+// Open-loop Poisson arrivals bunch up: at 70 % of capacity some half-second windows bring more work
+// than the cluster can do in half a second. To tell failures that no proxy could avoid from those a
+// better one would, the baseline and slow-node scenarios replay their own arrivals (the actual send
 // times) through a scheduler no real cluster can beat: every node pooled into one machine of the
 // nodes' summed speed, perfectly divisible and preemptive (a request may use all of it at once),
-// that knows every request's exact work and refuses the fewest requests it must so that every
-// one it keeps meets its deadline. A request's work is the emulated nodes' cost profile over its
-// exact token counts (the emulator's own formula for a coefficients-only profile; the fit of the
-// measured shapes for a samples one), charged as lightly as any placement could: one batch
-// overhead (c) per request, the prompt template never, a query's own prefix tokens only the
-// first time the query is seen, a (query, item) pair already scored never (the proxy's score
-// cache). A request this scheduler fails cannot be served within the SLO by any proxy on this
-// trace. The figures are emulated clusters' alone (a real engine's work is not a formula) and
-// hold in expectation (emulated passes carry the profile's noise).
+// that knows every request's exact work and refuses the fewest requests it must so that every one
+// it keeps meets its deadline. A request's work is the emulated nodes' cost profile over its exact
+// token counts (the emulator's own formula for a coefficients-only profile; the fit of the measured
+// shapes for a samples one), charged as lightly as any placement could: one batch overhead (c) per
+// request, the prompt template never, a query's own prefix tokens only the first time the query is
+// seen, a (query, item) pair already sent never (the proxy's score cache; even when the ideal
+// refused the request that sent it — pairs rarely repeat in the suite's workloads). A request this
+// scheduler fails cannot be served within the SLO by any proxy on this trace. The slow-node
+// scenarios run it with that node's share of the speed cut from the slow-down on. The figures are
+// emulated clusters' alone (a real engine's work is not a formula) and hold in expectation
+// (emulated passes carry the profile's noise).
 //
 // Beside them, the nodes' own counters say what the cluster spent: node_busy (the share of node
 // time in forward passes) against ideal_load (the share the lightest pricing needs) is the node
@@ -49,6 +51,31 @@ type idealJob struct {
 // Moore–Hodgson "refuse the largest" rule is not, once jobs have release dates: the tests
 // check the program against exhaustive search).
 func idealServed(jobs []idealJob, speed, slo float64) []bool {
+	return idealServedOn(jobs, constSpeed(speed), slo)
+}
+
+// speedFunc gives when work (node-seconds) started at start is done.
+type speedFunc func(start, work float64) float64
+
+func constSpeed(speed float64) speedFunc {
+	return func(start, work float64) float64 { return start + work/speed }
+}
+
+// stepSpeed is a machine of speed before until at, and after from then on (a node slowed at at).
+func stepSpeed(before, after, at float64) speedFunc {
+	return func(start, work float64) float64 {
+		if start >= at {
+			return start + work/after
+		}
+		if done := start + work/before; done <= at {
+			return done
+		}
+		return at + (work-(at-start)*before)/after
+	}
+}
+
+// idealServedOn is idealServed on a machine whose speed may change over time.
+func idealServedOn(jobs []idealJob, m speedFunc, slo float64) []bool {
 	n := len(jobs)
 	inf := math.Inf(1)
 	// best[j][k]: the earliest finish of k jobs kept among the first j (inf: impossible);
@@ -66,7 +93,7 @@ func idealServed(jobs []idealJob, speed, slo float64) []bool {
 				v = best[j-1][k]
 			}
 			if k > 0 && best[j-1][k-1] < inf {
-				if f := max(best[j-1][k-1], jb.release) + jb.work/speed; f <= jb.release+slo+1e-12 && f < v {
+				if f := m(max(best[j-1][k-1], jb.release), jb.work); f <= jb.release+slo+1e-12 && f < v {
 					v = f
 					keep[j][k] = true
 				}
@@ -92,8 +119,10 @@ func idealServed(jobs []idealJob, speed, slo float64) []bool {
 
 // idealFigures adds the ideal scheduler's figures for the calls of a run (all of them, warm-up
 // included, by start time) to r: how many of the measured calls (those started in [from, to))
-// it fails, and when (from t0), and the load their work puts on it. It adds nothing for a cluster that is not emulated.
-func (e *env) idealFigures(r *Result, all []call, t0, from, to time.Time) error {
+// it fails, and when (from t0), and the load their work puts on it. slowAt, when not zero, is
+// when one node became slow by the factor slow (its speed 1/slow from then on). It adds nothing
+// for a cluster that is not emulated.
+func (e *env) idealFigures(r *Result, all []call, t0, from, to time.Time, slowAt time.Time, slow float64) error {
 	if e.o.Cluster.Nodes.Engine != "emulated" || e.o.Cluster.Nodes.CostProfile == "" || len(all) == 0 {
 		return nil
 	}
@@ -107,7 +136,12 @@ func (e *env) idealFigures(r *Result, all []call, t0, from, to time.Time) error 
 	}
 	jobs := idealJobs(all, prof.Coeffs, counter)
 	speed := float64(len(e.c.Nodes()))
-	served := idealServed(jobs, speed, e.o.SLO.Seconds())
+	m := constSpeed(speed)
+	if !slowAt.IsZero() && slow > 1 {
+		m = stepSpeed(speed, speed-1+1/slow, slowAt.Sub(all[0].start).Seconds())
+		speed = speed - 1 + 1/slow // the measured window's (it starts at the slow-down)
+	}
+	served := idealServedOn(jobs, m, e.o.SLO.Seconds())
 	failed, work := 0, 0.0
 	var when []string
 	for i, c := range all {

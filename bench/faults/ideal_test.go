@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -83,5 +84,21 @@ func TestIdealSchedulerRefusesTheLargestOfABurst(t *testing.T) {
 	got := idealServed(jobs, 1, 0.5)
 	if !got[0] || got[1] || !got[2] {
 		t.Fatalf("served %v, want the 0.5 s job refused and both 0.2 s jobs served", got)
+	}
+}
+
+// TestIdealMachineSlowsAtItsStep: work that straddles a node's slow-down runs at the old speed
+// up to it and at the new one after.
+func TestIdealMachineSlowsAtItsStep(t *testing.T) {
+	m := stepSpeed(8, 7.1, 1) // 8 nodes, one of them 10× slower from t=1
+	for _, c := range []struct{ start, work, want float64 }{
+		{0, 4, 0.5},           // done before the step
+		{2, 7.1, 3},           // after it
+		{0.5, 4 + 7.1, 1 + 1}, // 4 node-seconds before, 7.1 after
+		{1, 0, 1},             // nothing to do
+	} {
+		if got := m(c.start, c.work); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("start %v, work %v: done at %v, want %v", c.start, c.work, got, c.want)
+		}
 	}
 }

@@ -136,7 +136,7 @@ func runBaseline(ctx context.Context, e *env, r *Result) error {
 	s := r.Summary
 	e.baseline = &s
 	e.addNodeWork(r, before, after, to.Sub(from), len(calls))
-	if err := e.idealFigures(r, rec.snapshot(), t0, t0.Add(e.d.warmup), t0.Add(e.d.load)); err != nil {
+	if err := e.idealFigures(r, rec.snapshot(), t0, t0.Add(e.d.warmup), t0.Add(e.d.load), time.Time{}, 0); err != nil {
 		return err
 	}
 	// A failure counts against the cluster only when the request is one that an idle cluster
@@ -368,6 +368,9 @@ func slow(factor float64, k int) func(ctx context.Context, e *env, r *Result) er
 			return err
 		}
 		calls := e.measured(r, rec, t0, 0.7, e.d.load)
+		if err := e.idealFigures(r, rec.snapshot(), t0, t0.Add(e.d.warmup), t0.Add(e.d.load), tFault, factor); err != nil {
+			return err
+		}
 		nodeShare(r, before, after, nd.GRPCAddr)
 		addEjection(r, w, tFault, calls)
 		r.require("failed", "==", 0)
