@@ -84,29 +84,27 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 			Help: "Requests rejected at admission, by reason (overload: the backlog makes the deadline unreachable; deadline: even idle nodes could not make it).",
 		}, []string{"reason"}),
 	}
+	// admission reads the admitter, which New sets after the metrics exist (none: the value
+	// before it does).
+	admission := func(name, help string, none float64, v func(*admit.Admitter) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+			if p.admitter == nil {
+				return none
+			}
+			return v(p.admitter)
+		})
+	}
 	// The margin admission multiplies every plan's projected finish by now (admission.margin_quantile
 	// of recent batches' error; 1 while too few were seen): what an operator reads to see why
 	// requests are refused while the nodes have time.
-	margin := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "relevance_proxy_admission_margin",
-		Help: "The factor admission multiplies a one-batch plan's projected finish by before comparing it with the budget (relevance_proxy_admission_quantile of recent batches' latency over projected finish; 1 while too few batches were seen).",
-	}, func() float64 {
-		if p.admitter == nil {
-			return 1
-		}
-		return p.admitter.Margin()
-	})
+	margin := admission("relevance_proxy_admission_margin",
+		"The factor admission multiplies a one-batch plan's projected finish by before comparing it with the budget (relevance_proxy_admission_quantile of recent batches' latency over projected finish; 1 while too few batches were seen).",
+		1, (*admit.Admitter).Margin)
 	// The quantile that margin is taken at: margin_quantile while admitted requests are on time,
 	// higher while some run late (admission.on_time_target).
-	quantile := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "relevance_proxy_admission_quantile",
-		Help: "The quantile of recent batches' latency over projected finish that admission's margin is taken at for a one-batch plan: admission.margin_quantile while admitted requests are answered in time, higher while some run late (admission.on_time_target).",
-	}, func() float64 {
-		if p.admitter == nil {
-			return 0
-		}
-		return p.admitter.Quantile()
-	})
+	quantile := admission("relevance_proxy_admission_quantile",
+		"The quantile of recent batches' latency over projected finish that admission's margin is taken at for a one-batch plan: admission.margin_quantile while admitted requests are answered in time, higher while some run late (admission.on_time_target).",
+		0, (*admit.Admitter).Quantile)
 	// The token counter's learned correction: the counts the nodes report over the proxy's own.
 	tokenRatio := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "relevance_proxy_token_count_ratio",

@@ -720,6 +720,17 @@ func (e *env) counters(ctx context.Context) map[string]float64 {
 		return nil
 	}
 	m := map[string]float64{}
+	eachSample(b, func(series, name string, v float64) {
+		if slices.Contains(watchedCounters, name) {
+			m[strings.TrimPrefix(series, "relevance_proxy_")] = v
+		}
+	})
+	return m
+}
+
+// eachSample calls f with every sample of a Prometheus text exposition: the series (name and
+// labels), the metric's name and the value.
+func eachSample(b []byte, f func(series, name string, v float64)) {
 	for _, line := range strings.Split(string(b), "\n") {
 		if line == "" || line[0] == '#' {
 			continue
@@ -730,14 +741,10 @@ func (e *env) counters(ctx context.Context) map[string]float64 {
 		}
 		series := line[:i]
 		name, _, _ := strings.Cut(series, "{")
-		if !slices.Contains(watchedCounters, name) {
-			continue
-		}
 		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			m[strings.TrimPrefix(series, "relevance_proxy_")] = v
+			f(series, name, v)
 		}
 	}
-	return m
 }
 
 // counterDeltas lists the counters that grew between two reads ("" when none did, or when the

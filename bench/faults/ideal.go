@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
@@ -41,19 +40,6 @@ type idealJob struct {
 	work    float64 // node-seconds
 }
 
-// idealServed returns, for jobs sorted by release, which ones a single preemptive machine of the
-// given speed (node-seconds per second) serves by release + slo when it refuses as few jobs as
-// it can. Every deadline is its release plus the same slo, so deadlines are in release order,
-// earliest-deadline-first is first-come-first-served, and a set of jobs is feasible exactly
-// when serving it in release order meets every deadline. Of all feasible sets of k jobs among
-// the first j, the one that finishes earliest leaves the most room for what comes after, so
-// best[j][k], that earliest finish, is a dynamic program over (j, k) — exact, O(n²) (a
-// Moore–Hodgson "refuse the largest" rule is not, once jobs have release dates: the tests
-// check the program against exhaustive search).
-func idealServed(jobs []idealJob, speed, slo float64) []bool {
-	return idealServedOn(jobs, constSpeed(speed), slo)
-}
-
 // speedFunc gives when work (node-seconds) started at start is done.
 type speedFunc func(start, work float64) float64
 
@@ -74,8 +60,16 @@ func stepSpeed(before, after, at float64) speedFunc {
 	}
 }
 
-// idealServedOn is idealServed on a machine whose speed may change over time.
-func idealServedOn(jobs []idealJob, m speedFunc, slo float64) []bool {
+// idealServed returns, for jobs sorted by release, which ones a single preemptive machine of
+// speed m (which may change over time) serves by release + slo when it refuses as few jobs as it
+// can. Every deadline is its release plus the same slo, so deadlines are in release order,
+// earliest-deadline-first is first-come-first-served, and a set of jobs is feasible exactly
+// when serving it in release order meets every deadline. Of all feasible sets of k jobs among
+// the first j, the one that finishes earliest leaves the most room for what comes after, so
+// best[j][k], that earliest finish, is a dynamic program over (j, k) — exact, O(n²) (a
+// Moore–Hodgson "refuse the largest" rule is not, once jobs have release dates: the tests
+// check the program against exhaustive search).
+func idealServed(jobs []idealJob, m speedFunc, slo float64) []bool {
 	n := len(jobs)
 	inf := math.Inf(1)
 	// best[j][k]: the earliest finish of k jobs kept among the first j (inf: impossible);
@@ -141,7 +135,7 @@ func (e *env) idealFigures(r *Result, all []call, t0, from, to time.Time, slowAt
 		m = stepSpeed(speed, speed-1+1/slow, slowAt.Sub(all[0].start).Seconds())
 		speed = speed - 1 + 1/slow // the measured window's (it starts at the slow-down)
 	}
-	served := idealServedOn(jobs, m, e.o.SLO.Seconds())
+	served := idealServed(jobs, m, e.o.SLO.Seconds())
 	failed, work := 0, 0.0
 	var when []string
 	for i, c := range all {
@@ -215,15 +209,7 @@ func (e *env) nodeWork(ctx context.Context) nodeWork {
 			w.ok = false
 			continue
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			name, val, found := strings.Cut(line, " ")
-			if !found {
-				continue
-			}
-			v, err := strconv.ParseFloat(val, 64)
-			if err != nil {
-				continue
-			}
+		eachSample(b, func(_, name string, v float64) {
 			switch name {
 			case "relevance_scorer_forward_duration_seconds_sum":
 				w.forward += v
@@ -232,7 +218,7 @@ func (e *env) nodeWork(ctx context.Context) nodeWork {
 			case "relevance_scorer_forward_merged_batches_sum":
 				w.batches += v
 			}
-		}
+		})
 	}
 	return w
 }

@@ -54,7 +54,7 @@ func TestIdealSchedulerRefusesTheFewest(t *testing.T) {
 			at += rng.ExpFloat64() * 0.15
 			jobs[i] = idealJob{release: at, work: 0.05 + rng.ExpFloat64()*0.4}
 		}
-		served := idealServed(jobs, speed, slo)
+		served := idealServed(jobs, constSpeed(speed), slo)
 		want := fewestFailures(jobs, speed, slo)
 		if got := countFailed(served); got != want {
 			t.Fatalf("trial %d: ideal scheduler fails %d, exhaustive search %d; jobs %+v", trial, got, want, jobs)
@@ -81,7 +81,7 @@ func TestIdealSchedulerRefusesTheFewest(t *testing.T) {
 // TestIdealSchedulerRefusesTheLargestOfABurst: three jobs at once, room for two: the largest goes.
 func TestIdealSchedulerRefusesTheLargestOfABurst(t *testing.T) {
 	jobs := []idealJob{{0, 0.2}, {0, 0.5}, {0.01, 0.2}}
-	got := idealServed(jobs, 1, 0.5)
+	got := idealServed(jobs, constSpeed(1), 0.5)
 	if !got[0] || got[1] || !got[2] {
 		t.Fatalf("served %v, want the 0.5 s job refused and both 0.2 s jobs served", got)
 	}

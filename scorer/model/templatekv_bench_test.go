@@ -52,11 +52,11 @@ func compareRequests(n int) (queries []string, docs [][]string) {
 
 // BenchmarkTemplateKV measures what the prefix cache's template level (issue 14 item 1) saves on
 // the `compare` workload's shape: every request a query not seen before (so its whole prefix
-// misses), one batch of 4 short listings, scored alone (requests-per-pass=1, an idle node) or 8
-// to a pass (as a busy node merges the batches queued behind a pass). Two engines with the
-// prefix cache score the same requests, alternately (so both see the same machine load): "whole" keys the cache by whole
-// prefixes only, as before (the groups' TemplateLen cleared); "template" also keeps the template
-// head and instruction, computed once and extended by each query. Metrics:
+// misses), one batch of 4 short listings, scored alone (requests-per-pass=1, an idle node) or 8 to
+// a pass (as a busy node merges the batches queued behind a pass). Two engines with the prefix
+// cache score the same requests, alternately (so both see the same machine load): "whole" keys the
+// cache by whole prefixes only, as before (the groups' TemplateLen cleared); "template" also keeps
+// the template head and instruction, computed once and extended by each query. Metrics:
 //
 //	template-share   template tokens / all tokens the whole-prefix engine computes
 //	tok/req-whole, tok/req-template      tokens computed per request
