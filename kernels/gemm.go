@@ -12,7 +12,11 @@ import (
 // of the block: a 12×32 tile is 24 zmm accumulators, per k two loads of B, one broadcast of A
 // per row and two FMAs per row. For f32 weights on AVX-512, A is packed once per call into
 // 16-k chunks of each 12-row micro-tile (one pointer, short offsets) and the next block of B is
-// prefetched into L2 during the last micro-tile rows of the current one; bf16 weights read A in
+// prefetched into L2 during the last micro-tile rows of the current one; the bf16 AVX-512
+// kernels prefetch their own stream a little ahead; the AVX2 kernels prefetch, while the first
+// micro-tile row reads one panel's block, the block it reads next (weights that are streamed
+// from DRAM once per call, as an MoE layer's experts are, then arrive while the previous block
+// is multiplied instead of on demand; gemm_amd64.go, block); bf16 weights read A in
 // place (copied once to a padded stride when its rows are a multiple of 4 KB apart), or rounded
 // to bf16 once per call for the dot-product paths (AMX: in tile order, gemm_amx_amd64.go). Ragged rows use the micro-kernel of that height (there is one per height 1…12, and all of them sum a row in the same order, so a row's bits do not depend on its tile), ragged
 // columns a store mask (AVX2: a scratch tile), so nothing outside [n0, n1) is ever written.

@@ -247,17 +247,45 @@ func (op *gemmOp) block(r0, r1, c0, c1, mt int) {
 			aOff, bOff = uintptr(k0/2)*4, uintptr(k0/2)*panelWidth*4
 			kArg = (kc + 1) / 2
 		}
+		// The AVX2 kernels prefetch, while the first row tile reads a panel's block of B, the
+		// block it reads next (the next panel, then the first panel of the next k block): one
+		// half-panel call brings in one half of it. Later row tiles find B in L2 and prefetch
+		// their own lines, which costs a load slot and nothing else.
+		p0, p1 := c0/panelWidth, (c1+panelWidth-1)/panelWidth
+		// rows of a panel the kernel reads in a k block (128 bytes each), here and in the next
+		rows := func(kc int) uintptr {
+			if op.mode == modeW16 {
+				return uintptr(kc / 2)
+			}
+			return uintptr(kc)
+		}
+		nextOff := rows(k0+kc) * panelWidth * 4 // kc is even but in the last block
+		// next is where call (i, p) prefetches from and how far apart its two halves start; the
+		// start of either half stays inside the packed weight (what the kernel reads past it
+		// belongs to the next block or nothing: a prefetch never faults).
+		next := func(i, p int) (unsafe.Pointer, uintptr) {
+			switch {
+			case i != r0:
+			case p+1 < p1:
+				return unsafe.Add(op.b, uintptr(p+1)*op.panelBytes+bOff), rows(kc) * 64
+			case k0+kc < op.k:
+				return unsafe.Add(op.b, uintptr(p0)*op.panelBytes+nextOff), rows(min(op.kcBlock, op.k-k0-kc)) * 64
+			}
+			return unsafe.Add(op.b, uintptr(p)*op.panelBytes+bOff), 64
+		}
 		if panelOuter {
-			for p := c0 / panelWidth; p*panelWidth < c1; p++ {
+			for p := p0; p < p1; p++ {
 				for i := r0; i < r1; i += mt {
-					op.tile(i, min(mt, r1-i), p, c0, c1, aOff, bOff, kArg, acc)
+					pf, ph := next(i, p)
+					op.tile(i, min(mt, r1-i), p, c0, c1, aOff, bOff, kArg, acc, pf, ph)
 				}
 			}
 			continue
 		}
 		for i := r0; i < r1; i += mt {
-			for p := c0 / panelWidth; p*panelWidth < c1; p++ {
-				op.tile(i, min(mt, r1-i), p, c0, c1, aOff, bOff, kArg, acc)
+			for p := p0; p < p1; p++ {
+				pf, ph := next(i, p)
+				op.tile(i, min(mt, r1-i), p, c0, c1, aOff, bOff, kArg, acc, pf, ph)
 			}
 		}
 	}
@@ -351,7 +379,9 @@ func (op *gemmOp) blockF32(r0, r1, c0, c1, mt int) {
 }
 
 // tile runs one micro-kernel call: rows [i, i+rows) against panel p, columns clipped to [c0, c1).
-func (op *gemmOp) tile(i, rows, p, c0, c1 int, aOff, bOff uintptr, kArg, acc int) {
+// An AVX2 half-panel call h prefetches from pf + h·pfHalf on (the AVX-512 kernels prefetch
+// within their own stream).
+func (op *gemmOp) tile(i, rows, p, c0, c1 int, aOff, bOff uintptr, kArg, acc int, pf unsafe.Pointer, pfHalf uintptr) {
 	a := unsafe.Add(op.a, uintptr(i)*op.lda+aOff)
 	crow := unsafe.Add(op.dst, uintptr(i)*op.ldc)
 	b := unsafe.Add(op.b, uintptr(p)*op.panelBytes+bOff)
@@ -368,14 +398,15 @@ func (op *gemmOp) tile(i, rows, p, c0, c1 int, aOff, bOff uintptr, kArg, acc int
 			continue
 		}
 		bh, ch := unsafe.Add(b, 64*h), unsafe.Add(crow, (cs+16*h)*4)
+		pfh := unsafe.Add(pf, uintptr(h)*pfHalf)
 		if hlo == 0 && hhi == 16 {
-			op.k256[rows](a, op.lda, bh, kArg, ch, op.ldc, acc)
+			op.k256[rows](a, op.lda, bh, kArg, ch, op.ldc, acc, pfh)
 			continue
 		}
 		// A ragged column edge: compute the whole half panel aside, keep its valid part.
 		// (Put at the end of the iteration, not deferred: a defer in a loop is allocated.)
 		scratch := scratchPool.Get().(*[6 * 16]float32)
-		op.k256[rows](a, op.lda, bh, kArg, unsafe.Pointer(&scratch[0]), 64, 0)
+		op.k256[rows](a, op.lda, bh, kArg, unsafe.Pointer(&scratch[0]), 64, 0, pfh)
 		for r := 0; r < rows; r++ {
 			for j := hlo; j < hhi; j++ {
 				d := (*float32)(unsafe.Add(ch, uintptr(r)*op.ldc+uintptr(j)*4))

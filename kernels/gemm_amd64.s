@@ -12670,18 +12670,24 @@ gemmDotAvx512_12_store:
 	VZEROUPPER
 	RET
 
-// func gemmF32Avx2_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
-TEXT ·gemmF32Avx2_1(SB), NOSPLIT, $0-56
+// func gemmF32Avx2_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
+TEXT ·gemmF32Avx2_1(SB), NOSPLIT, $0-64
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
+	MOVQ pf+56(FP), R11
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 gemmF32Avx2_1_loop4:
 	CMPQ CX, $4
 	JLT gemmF32Avx2_1_tail
+	PREFETCHT0 0(R11)
+	PREFETCHT0 64(R11)
+	PREFETCHT0 128(R11)
+	PREFETCHT0 192(R11)
+	ADDQ $256, R11
 	VMOVUPS 0(DX), Y12
 	VMOVUPS 32(DX), Y13
 	VBROADCASTSS 0(SI), Y14
@@ -12709,6 +12715,8 @@ gemmF32Avx2_1_loop4:
 gemmF32Avx2_1_tail:
 	TESTQ CX, CX
 	JEQ gemmF32Avx2_1_done
+	PREFETCHT0 0(R11)
+	ADDQ $64, R11
 	VMOVUPS 0(DX), Y12
 	VMOVUPS 32(DX), Y13
 	VBROADCASTSS 0(SI), Y14
@@ -12736,13 +12744,14 @@ gemmF32Avx2_1_store:
 	VZEROUPPER
 	RET
 
-// func gemmF32Avx2_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
-TEXT ·gemmF32Avx2_2(SB), NOSPLIT, $0-56
+// func gemmF32Avx2_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
+TEXT ·gemmF32Avx2_2(SB), NOSPLIT, $0-64
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
+	MOVQ pf+56(FP), R11
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -12750,6 +12759,11 @@ TEXT ·gemmF32Avx2_2(SB), NOSPLIT, $0-56
 gemmF32Avx2_2_loop4:
 	CMPQ CX, $4
 	JLT gemmF32Avx2_2_tail
+	PREFETCHT0 0(R11)
+	PREFETCHT0 64(R11)
+	PREFETCHT0 128(R11)
+	PREFETCHT0 192(R11)
+	ADDQ $256, R11
 	VMOVUPS 0(DX), Y12
 	VMOVUPS 32(DX), Y13
 	VBROADCASTSS 0(SI), Y14
@@ -12789,6 +12803,8 @@ gemmF32Avx2_2_loop4:
 gemmF32Avx2_2_tail:
 	TESTQ CX, CX
 	JEQ gemmF32Avx2_2_done
+	PREFETCHT0 0(R11)
+	ADDQ $64, R11
 	VMOVUPS 0(DX), Y12
 	VMOVUPS 32(DX), Y13
 	VBROADCASTSS 0(SI), Y14
@@ -12827,13 +12843,14 @@ gemmF32Avx2_2_store:
 	VZEROUPPER
 	RET
 
-// func gemmF32Avx2_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
-TEXT ·gemmF32Avx2_3(SB), NOSPLIT, $0-56
+// func gemmF32Avx2_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
+TEXT ·gemmF32Avx2_3(SB), NOSPLIT, $0-64
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
+	MOVQ pf+56(FP), R11
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -12843,6 +12860,11 @@ TEXT ·gemmF32Avx2_3(SB), NOSPLIT, $0-56
 gemmF32Avx2_3_loop4:
 	CMPQ CX, $4
 	JLT gemmF32Avx2_3_tail
+	PREFETCHT0 0(R11)
+	PREFETCHT0 64(R11)
+	PREFETCHT0 128(R11)
+	PREFETCHT0 192(R11)
+	ADDQ $256, R11
 	VMOVUPS 0(DX), Y12
 	VMOVUPS 32(DX), Y13
 	VBROADCASTSS 0(SI), Y14
@@ -12894,6 +12916,8 @@ gemmF32Avx2_3_loop4:
 gemmF32Avx2_3_tail:
 	TESTQ CX, CX
 	JEQ gemmF32Avx2_3_done
+	PREFETCHT0 0(R11)
+	ADDQ $64, R11
 	VMOVUPS 0(DX), Y12
 	VMOVUPS 32(DX), Y13
 	VBROADCASTSS 0(SI), Y14
@@ -12943,13 +12967,14 @@ gemmF32Avx2_3_store:
 	VZEROUPPER
 	RET
 
-// func gemmF32Avx2_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
-TEXT ·gemmF32Avx2_4(SB), NOSPLIT, $0-56
+// func gemmF32Avx2_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
+TEXT ·gemmF32Avx2_4(SB), NOSPLIT, $0-64
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
+	MOVQ pf+56(FP), R11
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -12961,6 +12986,11 @@ TEXT ·gemmF32Avx2_4(SB), NOSPLIT, $0-56
 gemmF32Avx2_4_loop4:
 	CMPQ CX, $4
 	JLT gemmF32Avx2_4_tail
+	PREFETCHT0 0(R11)
+	PREFETCHT0 64(R11)
+	PREFETCHT0 128(R11)
+	PREFETCHT0 192(R11)
+	ADDQ $256, R11
 	VMOVUPS 0(DX), Y12
 	VMOVUPS 32(DX), Y13
 	VBROADCASTSS 0(SI), Y14
@@ -13024,6 +13054,8 @@ gemmF32Avx2_4_loop4:
 gemmF32Avx2_4_tail:
 	TESTQ CX, CX
 	JEQ gemmF32Avx2_4_done
+	PREFETCHT0 0(R11)
+	ADDQ $64, R11
 	VMOVUPS 0(DX), Y12
 	VMOVUPS 32(DX), Y13
 	VBROADCASTSS 0(SI), Y14
@@ -13084,14 +13116,15 @@ gemmF32Avx2_4_store:
 	VZEROUPPER
 	RET
 
-// func gemmF32Avx2_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
-TEXT ·gemmF32Avx2_5(SB), NOSPLIT, $0-56
+// func gemmF32Avx2_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
+TEXT ·gemmF32Avx2_5(SB), NOSPLIT, $0-64
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
+	MOVQ pf+56(FP), R11
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -13105,6 +13138,11 @@ TEXT ·gemmF32Avx2_5(SB), NOSPLIT, $0-56
 gemmF32Avx2_5_loop4:
 	CMPQ CX, $4
 	JLT gemmF32Avx2_5_tail
+	PREFETCHT0 0(R11)
+	PREFETCHT0 64(R11)
+	PREFETCHT0 128(R11)
+	PREFETCHT0 192(R11)
+	ADDQ $256, R11
 	VMOVUPS 0(DX), Y12
 	VMOVUPS 32(DX), Y13
 	VBROADCASTSS 0(SI), Y14
@@ -13181,6 +13219,8 @@ gemmF32Avx2_5_loop4:
 gemmF32Avx2_5_tail:
 	TESTQ CX, CX
 	JEQ gemmF32Avx2_5_done
+	PREFETCHT0 0(R11)
+	ADDQ $64, R11
 	VMOVUPS 0(DX), Y12
 	VMOVUPS 32(DX), Y13
 	VBROADCASTSS 0(SI), Y14
@@ -13253,14 +13293,15 @@ gemmF32Avx2_5_store:
 	VZEROUPPER
 	RET
 
-// func gemmF32Avx2_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
-TEXT ·gemmF32Avx2_6(SB), NOSPLIT, $0-56
+// func gemmF32Avx2_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
+TEXT ·gemmF32Avx2_6(SB), NOSPLIT, $0-64
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
+	MOVQ pf+56(FP), R11
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -13276,6 +13317,11 @@ TEXT ·gemmF32Avx2_6(SB), NOSPLIT, $0-56
 gemmF32Avx2_6_loop4:
 	CMPQ CX, $4
 	JLT gemmF32Avx2_6_tail
+	PREFETCHT0 0(R11)
+	PREFETCHT0 64(R11)
+	PREFETCHT0 128(R11)
+	PREFETCHT0 192(R11)
+	ADDQ $256, R11
 	VMOVUPS 0(DX), Y12
 	VMOVUPS 32(DX), Y13
 	VBROADCASTSS 0(SI), Y14
@@ -13364,6 +13410,8 @@ gemmF32Avx2_6_loop4:
 gemmF32Avx2_6_tail:
 	TESTQ CX, CX
 	JEQ gemmF32Avx2_6_done
+	PREFETCHT0 0(R11)
+	ADDQ $64, R11
 	VMOVUPS 0(DX), Y12
 	VMOVUPS 32(DX), Y13
 	VBROADCASTSS 0(SI), Y14
@@ -13447,13 +13495,14 @@ gemmF32Avx2_6_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx2_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
-TEXT ·gemmW16Avx2_1(SB), NOSPLIT, $0-56
+// func gemmW16Avx2_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx2_1(SB), NOSPLIT, $0-64
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
+	MOVQ pf+56(FP), R11
 	MOVL $0xffff0000, AX
 	MOVQ AX, X15
 	VPBROADCASTD X15, Y15
@@ -13464,6 +13513,8 @@ TEXT ·gemmW16Avx2_1(SB), NOSPLIT, $0-56
 gemmW16Avx2_1_loop:
 	TESTQ CX, CX
 	JEQ gemmW16Avx2_1_odd
+	PREFETCHT0 0(R11)
+	ADDQ $64, R11
 	VMOVDQU (DX), Y12
 	VMOVDQU 32(DX), Y13
 	VPSLLD $16, Y12, Y12
@@ -13508,13 +13559,14 @@ gemmW16Avx2_1_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx2_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
-TEXT ·gemmW16Avx2_2(SB), NOSPLIT, $0-56
+// func gemmW16Avx2_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx2_2(SB), NOSPLIT, $0-64
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
+	MOVQ pf+56(FP), R11
 	MOVL $0xffff0000, AX
 	MOVQ AX, X15
 	VPBROADCASTD X15, Y15
@@ -13527,6 +13579,8 @@ TEXT ·gemmW16Avx2_2(SB), NOSPLIT, $0-56
 gemmW16Avx2_2_loop:
 	TESTQ CX, CX
 	JEQ gemmW16Avx2_2_odd
+	PREFETCHT0 0(R11)
+	ADDQ $64, R11
 	VMOVDQU (DX), Y12
 	VMOVDQU 32(DX), Y13
 	VPSLLD $16, Y12, Y12
@@ -13588,13 +13642,14 @@ gemmW16Avx2_2_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx2_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
-TEXT ·gemmW16Avx2_3(SB), NOSPLIT, $0-56
+// func gemmW16Avx2_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx2_3(SB), NOSPLIT, $0-64
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
+	MOVQ pf+56(FP), R11
 	MOVL $0xffff0000, AX
 	MOVQ AX, X15
 	VPBROADCASTD X15, Y15
@@ -13609,6 +13664,8 @@ TEXT ·gemmW16Avx2_3(SB), NOSPLIT, $0-56
 gemmW16Avx2_3_loop:
 	TESTQ CX, CX
 	JEQ gemmW16Avx2_3_odd
+	PREFETCHT0 0(R11)
+	ADDQ $64, R11
 	VMOVDQU (DX), Y12
 	VMOVDQU 32(DX), Y13
 	VPSLLD $16, Y12, Y12
@@ -13687,13 +13744,14 @@ gemmW16Avx2_3_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx2_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
-TEXT ·gemmW16Avx2_4(SB), NOSPLIT, $0-56
+// func gemmW16Avx2_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx2_4(SB), NOSPLIT, $0-64
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
+	MOVQ pf+56(FP), R11
 	MOVL $0xffff0000, AX
 	MOVQ AX, X15
 	VPBROADCASTD X15, Y15
@@ -13710,6 +13768,8 @@ TEXT ·gemmW16Avx2_4(SB), NOSPLIT, $0-56
 gemmW16Avx2_4_loop:
 	TESTQ CX, CX
 	JEQ gemmW16Avx2_4_odd
+	PREFETCHT0 0(R11)
+	ADDQ $64, R11
 	VMOVDQU (DX), Y12
 	VMOVDQU 32(DX), Y13
 	VPSLLD $16, Y12, Y12
@@ -13805,14 +13865,15 @@ gemmW16Avx2_4_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx2_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
-TEXT ·gemmW16Avx2_5(SB), NOSPLIT, $0-56
+// func gemmW16Avx2_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx2_5(SB), NOSPLIT, $0-64
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
+	MOVQ pf+56(FP), R11
 	MOVL $0xffff0000, AX
 	MOVQ AX, X15
 	VPBROADCASTD X15, Y15
@@ -13831,6 +13892,8 @@ TEXT ·gemmW16Avx2_5(SB), NOSPLIT, $0-56
 gemmW16Avx2_5_loop:
 	TESTQ CX, CX
 	JEQ gemmW16Avx2_5_odd
+	PREFETCHT0 0(R11)
+	ADDQ $64, R11
 	VMOVDQU (DX), Y12
 	VMOVDQU 32(DX), Y13
 	VPSLLD $16, Y12, Y12
@@ -13944,14 +14007,15 @@ gemmW16Avx2_5_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx2_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
-TEXT ·gemmW16Avx2_6(SB), NOSPLIT, $0-56
+// func gemmW16Avx2_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx2_6(SB), NOSPLIT, $0-64
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
+	MOVQ pf+56(FP), R11
 	MOVL $0xffff0000, AX
 	MOVQ AX, X15
 	VPBROADCASTD X15, Y15
@@ -13972,6 +14036,8 @@ TEXT ·gemmW16Avx2_6(SB), NOSPLIT, $0-56
 gemmW16Avx2_6_loop:
 	TESTQ CX, CX
 	JEQ gemmW16Avx2_6_odd
+	PREFETCHT0 0(R11)
+	ADDQ $64, R11
 	VMOVDQU (DX), Y12
 	VMOVDQU 32(DX), Y13
 	VPSLLD $16, Y12, Y12

@@ -16,8 +16,10 @@ type kernF32 func(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, 
 // f32PrefetchPer16 is how many bytes of its pf stream a kernF32 prefetches per 16 k of kc.
 const f32PrefetchPer16 = 512
 
-// kern256 computes an mr×16 tile on half a 32-column panel: C = [C +] A·B.
-type kern256 func(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
+// kern256 computes an mr×16 tile on half a 32-column panel: C = [C +] A·B. It also
+// prefetches into L1 one 64-byte line from pf on per row of B it reads (per k for f32, per
+// k-pair for bf16): as many bytes as it reads of B.
+type kern256 func(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
 
 var f32Avx512 = [...]kernF32{nil,
 	gemmF32Avx512_1,
@@ -191,40 +193,40 @@ func gemmDotAvx512_11(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c
 func gemmDotAvx512_12(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
 
 //go:noescape
-func gemmF32Avx2_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
+func gemmF32Avx2_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Avx2_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
+func gemmF32Avx2_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Avx2_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
+func gemmF32Avx2_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Avx2_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
+func gemmF32Avx2_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Avx2_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
+func gemmF32Avx2_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmF32Avx2_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
+func gemmF32Avx2_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx2_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
+func gemmW16Avx2_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx2_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
+func gemmW16Avx2_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx2_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
+func gemmW16Avx2_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx2_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
+func gemmW16Avx2_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx2_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
+func gemmW16Avx2_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx2_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int)
+func gemmW16Avx2_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
 
 func peakF32Avx512(n int)
 
