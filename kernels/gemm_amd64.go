@@ -259,7 +259,7 @@ func (op *gemmOp) block(r0, r1, c0, c1, mt int) {
 			}
 			return uintptr(kc)
 		}
-		nextOff := rows(k0+kc) * panelWidth * 4 // kc is even but in the last block
+		nextOff := rows(k0+kc) * panelWidth * 4 // k0+kc is even unless it is K (then unused)
 		// next is where call (i, p) prefetches from and how far apart its two halves start; the
 		// start of either half stays inside the packed weight (what the kernel reads past it
 		// belongs to the next block or nothing: a prefetch never faults).
