@@ -57,6 +57,14 @@ import (
 // It panics, naming the problem, when the shapes do not fit the slices: the kernels are
 // assembly and must never run past a slice.
 func gemmRows(dst []float32, ldDst int, x []float32, ldX int, m int, w *Weight, n0, n1 int, tileM int, padRows bool) {
+	gemmRowsThen(dst, ldDst, x, ldX, m, w, n0, n1, tileM, padRows, nil)
+}
+
+// gemmRowsThen is gemmRows for a caller that knows which weight it multiplies next (then; nil:
+// none): the kernels that prefetch the next block of B fetch then's first block while they read
+// w's last, so the next product does not start on a cold block. A hint only: results do not
+// depend on it.
+func gemmRowsThen(dst []float32, ldDst int, x []float32, ldX int, m int, w *Weight, n0, n1 int, tileM int, padRows bool, then *Weight) {
 	if padRows && tileM > 0 {
 		m = (m + tileM - 1) / tileM * tileM
 	}
@@ -66,7 +74,7 @@ func gemmRows(dst []float32, ldDst int, x []float32, ldX int, m int, w *Weight, 
 	if m == 0 || n0 == n1 {
 		return
 	}
-	gemmRowsImpl(dst, ldDst, x, ldX, m, w, n0, n1, tileM)
+	gemmRowsImpl(dst, ldDst, x, ldX, m, w, n0, n1, tileM, then)
 }
 
 // checkGemm validates the shapes of one product against its slices.

@@ -65,6 +65,10 @@ type gemmOp struct {
 	apBuf                               *[]float32 // packA's buffer, from aPackCache
 	k256                                *[7]kern256
 	abuf                                *[]uint32 // pooled copy of A: bf16 pairs (modeDot) or a padded f32 copy (unalias)
+	// thenB is the first block of the weight multiplied after this product (prefetchThen; nil:
+	// none), thenHalf the bytes between its two halves' prefetch streams.
+	thenB    unsafe.Pointer
+	thenHalf uintptr
 }
 
 var abufPool = sync.Pool{New: func() any { return new([]uint32) }}
@@ -270,6 +274,8 @@ func (op *gemmOp) block(r0, r1, c0, c1, mt int) {
 				return unsafe.Add(op.b, uintptr(p+1)*op.panelBytes+bOff), rows(kc) * 64
 			case k0+kc < op.k:
 				return unsafe.Add(op.b, uintptr(p0)*op.panelBytes+nextOff), rows(min(op.kcBlock, op.k-k0-kc)) * 64
+			case op.thenB != nil && p+1 == p1:
+				return op.thenB, op.thenHalf
 			}
 			return unsafe.Add(op.b, uintptr(p)*op.panelBytes+bOff), 64
 		}
@@ -421,7 +427,7 @@ func (op *gemmOp) tile(i, rows, p, c0, c1 int, aOff, bOff uintptr, kArg, acc int
 	}
 }
 
-func gemmRowsImpl(dst []float32, ldDst int, x []float32, ldX int, m int, w *Weight, n0, n1 int, tileM int) {
+func gemmRowsImpl(dst []float32, ldDst int, x []float32, ldX int, m int, w *Weight, n0, n1 int, tileM int, then *Weight) {
 	isa := activeISA()
 	if isa == isaGeneric || (w.p32 == nil && w.p16 == nil) {
 		gemmRowsGeneric(dst, ldDst, x, ldX, m, w, n0, n1)
@@ -441,9 +447,34 @@ func gemmRowsImpl(dst []float32, ldDst int, x []float32, ldX int, m int, w *Weig
 	for c0 := n0; c0 < n1; {
 		c1 := min(n1, c0/panelWidth*panelWidth+ncMax)
 		for t0 := 0; t0 < m; t0 += tile {
+			if c1 == n1 && t0+tile >= m {
+				op.prefetchThen(then, n0)
+			}
 			op.block(t0, min(t0+tile, m), c0, c1, mt)
 		}
 		c0 = c1
+	}
+}
+
+// prefetchThen points the last block's final prefetch at the first block of then (the weight
+// the caller multiplies next), at the panel of column n0, when then is packed as the AVX2
+// kernels of this product read it.
+func (op *gemmOp) prefetchThen(then *Weight, n0 int) {
+	if then == nil || op.isa >= isaAVX512 {
+		return
+	}
+	p := n0 / panelWidth
+	if p >= numPanels(then.N) {
+		p = 0
+	}
+	switch {
+	case op.mode == modeW16 && then.p16 != nil:
+		kp := bf16PanelPairs(then.K)
+		op.thenB = unsafe.Pointer(&then.p16[p*kp*2*panelWidth])
+		op.thenHalf = uintptr(min(op.kcBlock, then.K)/2) * 64
+	case op.mode == modeF32 && then.p32 != nil:
+		op.thenB = unsafe.Pointer(&then.p32[p*then.K*panelWidth])
+		op.thenHalf = uintptr(min(op.kcBlock, then.K)) * 64
 	}
 }
 

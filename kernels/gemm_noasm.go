@@ -5,7 +5,7 @@ package kernels
 // Without assembly the weights are not packed and every product runs the reference.
 const packWeights = false
 
-func gemmRowsImpl(dst []float32, ldDst int, x []float32, ldX int, m int, w *Weight, n0, n1 int, tileM int) {
+func gemmRowsImpl(dst []float32, ldDst int, x []float32, ldX int, m int, w *Weight, n0, n1 int, tileM int, _ *Weight) {
 	gemmRowsGeneric(dst, ldDst, x, ldX, m, w, n0, n1)
 }
 

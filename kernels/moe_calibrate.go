@@ -67,9 +67,12 @@ func measureMoECosts(experts []Expert, sh moeShape, budget time.Duration) MoECos
 				for i, k := range kinds {
 					ex := pool[next%len(pool)]
 					next += workers
+					// A pass's items hint the next item's weights (runGrouped); so do these, to
+					// time the item as it runs there.
+					nx := pool[next%len(pool)]
 					t0 := clock.now()
-					gateUpItem(ex, gs, xs, u, sh.hidden, sh.inter, k.m, 0, sh.inter, k.blockM)
-					downItem(ex, ys, gs, sh.hidden, sh.inter, k.m, 0, sh.hidden, k.blockM)
+					gateUpItem(ex, gs, xs, u, sh.hidden, sh.inter, k.m, 0, sh.inter, k.blockM, nx.Gate)
+					downItem(ex, ys, gs, sh.hidden, sh.inter, k.m, 0, sh.hidden, k.blockM, nx.Down)
 					samples[i] = append(samples[i], (clock.now() - t0).Seconds())
 				}
 			}

@@ -344,8 +344,12 @@ func (sc *moeScratch) gateUp(w, i int) {
 	c := &sc.call
 	it := sc.items[i]
 	row := sc.segStart[it.e] + int(it.r0)
+	var then *Weight // the queue's next item: this worker's or the other's, a hint either way
+	if i+1 < len(sc.items) {
+		then = c.experts[sc.items[i+1].e].Gate
+	}
 	gateUpItem(&c.experts[it.e], sc.g[row*c.inter:], sc.x[row*c.hidden:], sc.u[w], c.hidden, c.inter,
-		int(it.r1-it.r0), int(it.n0), int(it.n1), c.blockM)
+		int(it.r1-it.r0), int(it.n0), int(it.n1), c.blockM, then)
 }
 
 // down runs down work item i, into the packed input buffer (its contents are no longer needed).
@@ -353,8 +357,12 @@ func (sc *moeScratch) down(_, i int) {
 	c := &sc.call
 	it := sc.items[i]
 	row := sc.segStart[it.e] + int(it.r0)
+	var then *Weight
+	if i+1 < len(sc.items) {
+		then = c.experts[sc.items[i+1].e].Down
+	}
 	downItem(&c.experts[it.e], sc.x[row*c.hidden:], sc.g[row*c.inter:], c.hidden, c.inter,
-		int(it.r1-it.r0), int(it.n0), int(it.n1), c.blockM)
+		int(it.r1-it.r0), int(it.n0), int(it.n1), c.blockM, then)
 }
 
 // combine adds up the weighted expert outputs of one chunk of tokens.
@@ -560,10 +568,10 @@ func runQueue(workers, n int, f func(worker, i int)) {
 // input xs and columns [n0, n1) of both projections, then gs = silu(gate)·up over them. A block
 // variant (blockM > 0) computes the whole tile, padding rows included; u is scratch of at least
 // max(blockM, m)·inter values.
-func gateUpItem(ex *Expert, gs, xs, u []float32, hidden, inter, m, n0, n1, blockM int) {
+func gateUpItem(ex *Expert, gs, xs, u []float32, hidden, inter, m, n0, n1, blockM int, then *Weight) {
 	pad := blockM > 0
-	gemmRows(gs, inter, xs, hidden, m, ex.Gate, n0, n1, blockM, pad)
-	gemmRows(u, inter, xs, hidden, m, ex.Up, n0, n1, blockM, pad)
+	gemmRowsThen(gs, inter, xs, hidden, m, ex.Gate, n0, n1, blockM, pad, ex.Up)
+	gemmRowsThen(u, inter, xs, hidden, m, ex.Up, n0, n1, blockM, pad, then)
 	if pad {
 		m = roundUp(m, blockM)
 	}
@@ -575,6 +583,6 @@ func gateUpItem(ex *Expert, gs, xs, u []float32, hidden, inter, m, n0, n1, block
 
 // downItem computes one down work item: ys[r, n0:n1] = gs[r]·Downᵀ for rows [0, m) (the whole
 // tile for a block variant).
-func downItem(ex *Expert, ys, gs []float32, hidden, inter, m, n0, n1, blockM int) {
-	gemmRows(ys, hidden, gs, inter, m, ex.Down, n0, n1, blockM, blockM > 0)
+func downItem(ex *Expert, ys, gs []float32, hidden, inter, m, n0, n1, blockM int, then *Weight) {
+	gemmRowsThen(ys, hidden, gs, inter, m, ex.Down, n0, n1, blockM, blockM > 0, then)
 }
