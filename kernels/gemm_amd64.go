@@ -86,9 +86,9 @@ var scratchPool = sync.Pool{New: func() any { return new([6 * 16]float32) }}
 func (op *gemmOp) prepare(isa isaLevel, dst []float32, ldDst int, x []float32, ldX int, m int, w *Weight) {
 	*op = gemmOp{isa: isa, k: w.K, n: w.N, dst: unsafe.Pointer(unsafe.SliceData(dst)), ldc: uintptr(ldDst) * 4}
 	op.a, op.lda = unsafe.Pointer(unsafe.SliceData(x)), uintptr(ldX)*4
+	op.b, op.panelBytes = packedPanels(w)
 	if w.DType == F32 {
 		op.mode, op.kcBlock = modeF32, kcF32
-		op.b, op.panelBytes = unsafe.Pointer(unsafe.SliceData(w.p32)), uintptr(w.K)*panelWidth*4
 		op.k256 = &f32Avx2
 		if isa >= isaAVX512 {
 			op.kf32 = &f32Avx512 // A is packed by packA once the tiling is known
@@ -97,7 +97,6 @@ func (op *gemmOp) prepare(isa isaLevel, dst []float32, ldDst int, x []float32, l
 		op.unalias(x, ldX, m)
 		return
 	}
-	op.b, op.panelBytes = unsafe.Pointer(unsafe.SliceData(w.p16)), uintptr(bf16PanelPairs(w.K))*panelWidth*4
 	switch {
 	case isa >= isaAMX && bf16Dot.Load():
 		op.mode = modeAMX
@@ -113,6 +112,24 @@ func (op *gemmOp) prepare(isa isaLevel, dst []float32, ldDst int, x []float32, l
 		op.k512, op.k256 = &w16Avx512, &w16Avx2
 		op.unalias(x, ldX, m)
 	}
+}
+
+// packedPanels returns where w's packed panels start and the bytes of one panel over all of K
+// (gemm_pack.go).
+func packedPanels(w *Weight) (unsafe.Pointer, uintptr) {
+	if w.DType == F32 {
+		return unsafe.Pointer(unsafe.SliceData(w.p32)), uintptr(w.K) * panelWidth * 4
+	}
+	return unsafe.Pointer(unsafe.SliceData(w.p16)), uintptr(bf16PanelPairs(w.K)) * panelWidth * 4
+}
+
+// blockRows is how many 128-byte rows of a panel the kernels read for kc values of k: one per
+// k for f32 weights, one per k-pair for bf16 (an odd last k is read but not counted).
+func (op *gemmOp) blockRows(kc int) uintptr {
+	if op.mode == modeW16 {
+		return uintptr(kc / 2)
+	}
+	return uintptr(kc)
 }
 
 func (op *gemmOp) release() {
@@ -256,14 +273,7 @@ func (op *gemmOp) block(r0, r1, c0, c1, mt int) {
 		// half-panel call brings in one half of it. Later row tiles find B in L2 and prefetch
 		// their own lines, which costs a load slot and nothing else.
 		p0, p1 := c0/panelWidth, (c1+panelWidth-1)/panelWidth
-		// rows of a panel the kernel reads in a k block (128 bytes each), here and in the next
-		rows := func(kc int) uintptr {
-			if op.mode == modeW16 {
-				return uintptr(kc / 2)
-			}
-			return uintptr(kc)
-		}
-		nextOff := rows(k0+kc) * panelWidth * 4 // k0+kc is even unless it is K (then unused)
+		nextOff := op.blockRows(k0+kc) * panelWidth * 4 // k0+kc is even unless it is K (then unused)
 		// next is where call (i, p) prefetches from and how far apart its two halves start; the
 		// start of either half stays inside the packed weight (what the kernel reads past it
 		// belongs to the next block or nothing: a prefetch never faults).
@@ -271,10 +281,10 @@ func (op *gemmOp) block(r0, r1, c0, c1, mt int) {
 			switch {
 			case i != r0:
 			case p+1 < p1:
-				return unsafe.Add(op.b, uintptr(p+1)*op.panelBytes+bOff), rows(kc) * 64
+				return unsafe.Add(op.b, uintptr(p+1)*op.panelBytes+bOff), op.blockRows(kc) * 64
 			case k0+kc < op.k:
-				return unsafe.Add(op.b, uintptr(p0)*op.panelBytes+nextOff), rows(min(op.kcBlock, op.k-k0-kc)) * 64
-			case op.thenB != nil && p+1 == p1:
+				return unsafe.Add(op.b, uintptr(p0)*op.panelBytes+nextOff), op.blockRows(min(op.kcBlock, op.k-k0-kc)) * 64
+			case op.thenB != nil: // the last panel of the last k block
 				return op.thenB, op.thenHalf
 			}
 			return unsafe.Add(op.b, uintptr(p)*op.panelBytes+bOff), 64
@@ -463,19 +473,16 @@ func (op *gemmOp) prefetchThen(then *Weight, n0 int) {
 	if then == nil || op.isa >= isaAVX512 {
 		return
 	}
+	if !(op.mode == modeW16 && then.p16 != nil) && !(op.mode == modeF32 && then.p32 != nil) {
+		return
+	}
 	p := n0 / panelWidth
 	if p >= numPanels(then.N) {
 		p = 0
 	}
-	switch {
-	case op.mode == modeW16 && then.p16 != nil:
-		kp := bf16PanelPairs(then.K)
-		op.thenB = unsafe.Pointer(&then.p16[p*kp*2*panelWidth])
-		op.thenHalf = uintptr(min(op.kcBlock, then.K)/2) * 64
-	case op.mode == modeF32 && then.p32 != nil:
-		op.thenB = unsafe.Pointer(&then.p32[p*then.K*panelWidth])
-		op.thenHalf = uintptr(min(op.kcBlock, then.K)) * 64
-	}
+	b, panelBytes := packedPanels(then)
+	op.thenB = unsafe.Add(b, uintptr(p)*panelBytes)
+	op.thenHalf = op.blockRows(min(op.kcBlock, then.K)) * 64
 }
 
 // linearImpl runs dst = x·Wᵀ on up to t goroutines (the caller plus t-1 started for the call).

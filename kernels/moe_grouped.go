@@ -344,25 +344,29 @@ func (sc *moeScratch) gateUp(w, i int) {
 	c := &sc.call
 	it := sc.items[i]
 	row := sc.segStart[it.e] + int(it.r0)
-	var then *Weight // the queue's next item: this worker's or the other's, a hint either way
-	if i+1 < len(sc.items) {
-		then = c.experts[sc.items[i+1].e].Gate
-	}
 	gateUpItem(&c.experts[it.e], sc.g[row*c.inter:], sc.x[row*c.hidden:], sc.u[w], c.hidden, c.inter,
-		int(it.r1-it.r0), int(it.n0), int(it.n1), c.blockM, then)
+		int(it.r1-it.r0), int(it.n0), int(it.n1), c.blockM, sc.nextExpert(i).Gate)
 }
+
+// nextExpert is the expert of the queue's item after i (this worker's next or the other's: a
+// prefetch hint either way), or an expert with no weights after the last item.
+func (sc *moeScratch) nextExpert(i int) *Expert {
+	if i+1 < len(sc.items) {
+		return &sc.call.experts[sc.items[i+1].e]
+	}
+	return &noExpert
+}
+
+// noExpert has no weights: the hint after the last item (nextExpert), without an allocation.
+var noExpert Expert
 
 // down runs down work item i, into the packed input buffer (its contents are no longer needed).
 func (sc *moeScratch) down(_, i int) {
 	c := &sc.call
 	it := sc.items[i]
 	row := sc.segStart[it.e] + int(it.r0)
-	var then *Weight
-	if i+1 < len(sc.items) {
-		then = c.experts[sc.items[i+1].e].Down
-	}
 	downItem(&c.experts[it.e], sc.x[row*c.hidden:], sc.g[row*c.inter:], c.hidden, c.inter,
-		int(it.r1-it.r0), int(it.n0), int(it.n1), c.blockM, then)
+		int(it.r1-it.r0), int(it.n0), int(it.n1), c.blockM, sc.nextExpert(i).Down)
 }
 
 // combine adds up the weighted expert outputs of one chunk of tokens.
