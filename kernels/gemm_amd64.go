@@ -32,6 +32,10 @@ var (
 	// panelOuter: loop panels outside micro-tiles (B micro-panel in L1, A from L2) instead of
 	// micro-tiles outside panels (A micro-panel in L1, B block from L2).
 	panelOuter = false
+	// avx2WideRows: AVX2 row tiles of at most this many rows run on a whole 32-column panel per
+	// call (kern256w, 4 accumulator chains a row) instead of two half-panel calls (2 a row):
+	// short tiles are bound by the FMA latency, not its throughput. 0 turns it off.
+	avx2WideRows = len(w16Avx2Wide) - 1
 )
 
 type gemmMode uint8
@@ -64,7 +68,8 @@ type gemmOp struct {
 	apTile, apTilePad, apMPad, apChunks int
 	apBuf                               *[]float32 // packA's buffer, from aPackCache
 	k256                                *[7]kern256
-	abuf                                *[]uint32 // pooled copy of A: bf16 pairs (modeDot) or a padded f32 copy (unalias)
+	k256w                               *[4]kern256w // whole-panel AVX2 kernels for short tiles
+	abuf                                *[]uint32    // pooled copy of A: bf16 pairs (modeDot) or a padded f32 copy (unalias)
 	// thenB is the first block of the weight multiplied after this product (prefetchThen; nil:
 	// none), thenHalf the bytes between its two halves' prefetch streams.
 	thenB    unsafe.Pointer
@@ -89,7 +94,7 @@ func (op *gemmOp) prepare(isa isaLevel, dst []float32, ldDst int, x []float32, l
 	op.b, op.panelBytes = packedPanels(w)
 	if w.DType == F32 {
 		op.mode, op.kcBlock = modeF32, kcF32
-		op.k256 = &f32Avx2
+		op.k256, op.k256w = &f32Avx2, &f32Avx2Wide
 		if isa >= isaAVX512 {
 			op.kf32 = &f32Avx512 // A is packed by packA once the tiling is known
 			return
@@ -109,7 +114,7 @@ func (op *gemmOp) prepare(isa isaLevel, dst []float32, ldDst int, x []float32, l
 		op.toAMXTiles(x, ldX, m, amxSplitParts)
 	default:
 		op.mode, op.kcBlock = modeW16, kcBF16
-		op.k512, op.k256 = &w16Avx512, &w16Avx2
+		op.k512, op.k256, op.k256w = &w16Avx512, &w16Avx2, &w16Avx2Wide
 		op.unalias(x, ldX, m)
 	}
 }
@@ -406,6 +411,10 @@ func (op *gemmOp) tile(i, rows, p, c0, c1 int, aOff, bOff uintptr, kArg, acc int
 	if op.isa >= isaAVX512 {
 		mask := uint32((uint64(1)<<hi - 1) &^ (uint64(1)<<lo - 1))
 		op.k512[rows](a, op.lda, b, kArg, unsafe.Add(crow, cs*4), op.ldc, mask, acc)
+		return
+	}
+	if rows <= avx2WideRows && lo == 0 && hi == panelWidth {
+		op.k256w[rows](a, op.lda, b, kArg, unsafe.Add(crow, cs*4), op.ldc, acc, pf, pfHalf)
 		return
 	}
 	for h := 0; h < 2; h++ {

@@ -21,6 +21,10 @@ const f32PrefetchPer16 = 512
 // k-pair for bf16): as many bytes as it reads of B.
 type kern256 func(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
 
+// kern256w is kern256 on a whole 32-column panel (an mr×32 tile, mr <= 3): one line from pf on
+// and one from pf+pfHalf on per row of B it reads, as the two half-panel calls would.
+type kern256w func(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer, pfHalf uintptr)
+
 var f32Avx512 = [...]kernF32{nil,
 	gemmF32Avx512_1,
 	gemmF32Avx512_2,
@@ -82,6 +86,18 @@ var w16Avx2 = [...]kern256{nil,
 	gemmW16Avx2_4,
 	gemmW16Avx2_5,
 	gemmW16Avx2_6,
+}
+
+var f32Avx2Wide = [...]kern256w{nil,
+	gemmF32Avx2W_1,
+	gemmF32Avx2W_2,
+	gemmF32Avx2W_3,
+}
+
+var w16Avx2Wide = [...]kern256w{nil,
+	gemmW16Avx2W_1,
+	gemmW16Avx2W_2,
+	gemmW16Avx2W_3,
 }
 
 //go:noescape
@@ -227,6 +243,24 @@ func gemmW16Avx2_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c un
 
 //go:noescape
 func gemmW16Avx2_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)
+
+//go:noescape
+func gemmF32Avx2W_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer, pfHalf uintptr)
+
+//go:noescape
+func gemmF32Avx2W_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer, pfHalf uintptr)
+
+//go:noescape
+func gemmF32Avx2W_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer, pfHalf uintptr)
+
+//go:noescape
+func gemmW16Avx2W_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer, pfHalf uintptr)
+
+//go:noescape
+func gemmW16Avx2W_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer, pfHalf uintptr)
+
+//go:noescape
+func gemmW16Avx2W_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer, pfHalf uintptr)
 
 func peakF32Avx512(n int)
 

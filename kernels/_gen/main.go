@@ -12,6 +12,7 @@
 //	gemmDotAvx512_<mr>(...)                                bf16 A pairs, bf16 B, VDPBF16PS; kc in pairs
 //	gemmF32Avx2_<mr>(a, lda, b, kc, c, ldc, acc)           mr = 1..6, tile mr×16 (half a 32-column panel)
 //	gemmW16Avx2_<mr>(...)                                  f32 A, bf16 B half panel
+//	gemmF32Avx2W_<mr>, gemmW16Avx2W_<mr>(..., pf, pfHalf)   mr = 1..3, tile mr×32 (a whole panel)
 //	peakF32Avx512(n), peakDotAvx512(n), peakF32Avx2(n)     register-resident FMA chains
 //	cvtBF16Avx512(dst, src, n)                             n/16 blocks of 16 f32 → 16 bf16 (RNE)
 //	packAF32Avx512(dst, src, lda, rows, kc)                one micro-tile of A into the f32 kernels' layout
@@ -572,6 +573,168 @@ func (g *gen) w16Avx2(mr int) {
 	g.store256(name, mr)
 }
 
+// wideRows is the tallest AVX2 micro-tile that also has a whole-panel kernel (f32Avx2Wide,
+// w16Avx2Wide: mr×32, 4·mr accumulators). A half-panel tile of 1-3 rows has only 2-6
+// accumulator chains, too few to hide the FMA latency (4 cycles, 2 pipes: 8 chains keep them
+// busy), so it ran at 12-22 GMAC/s in cache against ~44 for 5-6 rows. The whole panel doubles
+// the chains without changing any element's sum: each one still adds its products in k order
+// from zero, so a row's value does not depend on which kernel computed it (issue 14).
+const wideRows = 3
+
+const argsWide = "$0-72"
+
+// prefetchAvx2Wide is prefetchAvx2 for a whole-panel call: n lines from each half's stream, the
+// first half's at R11, the second's R13 bytes further (the Go side's pf and pfHalf).
+func (g *gen) prefetchAvx2Wide(n int) {
+	if !prefetchAvx2On {
+		return
+	}
+	for i := range n {
+		g.p("\tPREFETCHT0 %d(R11)", 64*i)
+		g.p("\tPREFETCHT0 %d(R11)(R13*1)", 64*i)
+	}
+	g.p("\tADDQ $%d, R11", 64*n)
+}
+
+// storeWide writes the mr×32 accumulators Y(4i+q) (row i, columns 8q..8q+7) to C.
+func (g *gen) storeWide(name string, mr int) {
+	g.p("\tMOVQ c+32(FP), DI")
+	g.p("\tMOVQ ldc+40(FP), R12")
+	g.p("\tMOVQ acc+48(FP), BX")
+	g.p("\tTESTQ BX, BX")
+	g.p("\tJEQ %s_store", name)
+	for i := 0; i < mr; i++ {
+		for q := 0; q < 4; q++ {
+			g.p("\tVADDPS %d(DI), Y%d, Y%d", 32*q, 4*i+q, 4*i+q)
+			g.p("\tVMOVUPS Y%d, %d(DI)", 4*i+q, 32*q)
+		}
+		if i < mr-1 {
+			g.p("\tADDQ R12, DI")
+		}
+	}
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("%s_store:", name)
+	for i := 0; i < mr; i++ {
+		for q := 0; q < 4; q++ {
+			g.p("\tVMOVUPS Y%d, %d(DI)", 4*i+q, 32*q)
+		}
+		if i < mr-1 {
+			g.p("\tADDQ R12, DI")
+		}
+	}
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+}
+
+func (g *gen) wideHeader(name string, mr int) {
+	g.p("\n// func %s(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer, pfHalf uintptr)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, %s", name, argsWide)
+	g.prologue(mr)
+	g.p("\tMOVQ pf+56(FP), R11")
+	g.p("\tMOVQ pfHalf+64(FP), R13")
+	for i := 0; i < 4*mr; i++ {
+		g.p("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
+	}
+}
+
+// f32Avx2Wide is f32Avx2 on a whole 32-column f32 panel for mr <= wideRows rows: Y12.. hold the
+// rows' A broadcasts, Y15 one quarter of B at a time, read once for all rows (B as the FMAs'
+// memory operand, read once per row, made 2 rows load-bound: 41 GFLOP/s against 72 in L1 on the
+// dev machine; a single row reads it so, 47 against 37).
+func (g *gen) f32Avx2Wide(mr int) {
+	name := fmt.Sprintf("gemmF32Avx2W_%d", mr)
+	g.wideHeader(name, mr)
+	const U = 4
+	step := func(u int) {
+		for i := 0; i < mr; i++ {
+			g.p("\tVBROADCASTSS %s, Y%d", rowAddr(i, 4*u), 12+i)
+		}
+		for q := 0; q < 4; q++ {
+			if mr == 1 {
+				g.p("\tVFMADD231PS %d(DX), Y12, Y%d", 128*u+32*q, q)
+				continue
+			}
+			g.p("\tVMOVUPS %d(DX), Y15", 128*u+32*q)
+			for i := 0; i < mr; i++ {
+				g.p("\tVFMADD231PS Y15, Y%d, Y%d", 12+i, 4*i+q)
+			}
+		}
+	}
+	g.p("%s_loop%d:", name, U)
+	g.p("\tCMPQ CX, $%d", U)
+	g.p("\tJLT %s_tail", name)
+	g.prefetchAvx2Wide(U)
+	for u := 0; u < U; u++ {
+		step(u)
+	}
+	g.advanceA(mr, 4*U)
+	g.p("\tADDQ $%d, DX", 128*U)
+	g.p("\tSUBQ $%d, CX", U)
+	g.p("\tJMP %s_loop%d", name, U)
+	g.p("%s_tail:", name)
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJEQ %s_done", name)
+	g.prefetchAvx2Wide(1)
+	step(0)
+	g.advanceA(mr, 4)
+	g.p("\tADDQ $128, DX")
+	g.p("\tDECQ CX")
+	g.p("\tJMP %s_tail", name)
+	g.p("%s_done:", name)
+	g.storeWide(name, mr)
+}
+
+// w16Avx2Wide is w16Avx2 on a whole bf16 panel (32 columns × one k-pair = 128 bytes) for mr <=
+// wideRows rows: Y12.. hold the rows' A broadcasts, Y15 one widened quarter of B at a time, and
+// the odd k's mask is read from w16MaskAvx2 (no register is left for it at 3 rows).
+func (g *gen) w16Avx2Wide(mr int) {
+	name := fmt.Sprintf("gemmW16Avx2W_%d", mr)
+	g.wideHeader(name, mr)
+	g.p("\tMOVQ CX, BX")
+	g.p("\tSHRQ $1, CX")
+	step := func(oddOnly bool) {
+		for i := 0; i < mr; i++ {
+			g.p("\tVBROADCASTSS %s, Y%d", rowAddr(i, 0), 12+i)
+		}
+		for q := 0; q < 4; q++ {
+			g.p("\tVMOVDQU %d(DX), Y15", 32*q)
+			g.p("\tVPSLLD $16, Y15, Y15")
+			for i := 0; i < mr; i++ {
+				g.p("\tVFMADD231PS Y15, Y%d, Y%d", 12+i, 4*i+q)
+			}
+		}
+		if oddOnly {
+			return
+		}
+		for i := 0; i < mr; i++ {
+			g.p("\tVBROADCASTSS %s, Y%d", rowAddr(i, 4), 12+i)
+		}
+		for q := 0; q < 4; q++ {
+			g.p("\tVMOVDQU %d(DX), Y15", 32*q)
+			g.p("\tVPAND w16MaskAvx2<>(SB), Y15, Y15")
+			for i := 0; i < mr; i++ {
+				g.p("\tVFMADD231PS Y15, Y%d, Y%d", 12+i, 4*i+q)
+			}
+		}
+	}
+	g.p("%s_loop:", name)
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJEQ %s_odd", name)
+	g.prefetchAvx2Wide(1)
+	step(false)
+	g.advanceA(mr, 8)
+	g.p("\tADDQ $128, DX")
+	g.p("\tDECQ CX")
+	g.p("\tJMP %s_loop", name)
+	g.p("%s_odd:", name)
+	g.p("\tTESTQ $1, BX")
+	g.p("\tJEQ %s_done", name)
+	step(true)
+	g.p("%s_done:", name)
+	g.storeWide(name, mr)
+}
+
 // peak emits n iterations of 12 independent register-resident chains (FMA or VDPBF16PS). The
 // operands are set to 0.5 and the chains to 0 first: whatever the registers held before could be
 // denormal, and denormal operands take microcode assists on Intel cores.
@@ -684,6 +847,12 @@ func main() {
 	g.p("//go:build !purego")
 	g.p("")
 	g.p("#include \"textflag.h\"")
+	g.p("")
+	g.p("// w16MaskAvx2 keeps the high bf16 of each k-pair (the odd k) in place: an f32.")
+	for i := 0; i < 4; i++ {
+		g.p("DATA w16MaskAvx2<>+%d(SB)/8, $0xffff0000ffff0000", 8*i)
+	}
+	g.p("GLOBL w16MaskAvx2<>(SB), RODATA|NOPTR, $32")
 	for mr := 1; mr <= 12; mr++ {
 		g.f32Avx512(mr)
 	}
@@ -698,6 +867,12 @@ func main() {
 	}
 	for mr := 1; mr <= 6; mr++ {
 		g.w16Avx2(mr)
+	}
+	for mr := 1; mr <= wideRows; mr++ {
+		g.f32Avx2Wide(mr)
+	}
+	for mr := 1; mr <= wideRows; mr++ {
+		g.w16Avx2Wide(mr)
 	}
 	half512 := func(bits string) []string {
 		return append([]string{"MOVL $" + bits + ", AX", "VPBROADCASTD AX, Z30", "VMOVDQU32 Z30, Z31"}, zeroRegs("Z", 12)...)
@@ -736,6 +911,7 @@ func declarations() []byte {
 	const sig512 = "(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)"
 	const sigF32 = "(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)"
 	const sig256 = "(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)"
+	const sigWide = "(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer, pfHalf uintptr)"
 	w("")
 	w("// kern512 computes an mr×32 tile: C (masked columns) = [C +] A[mr×kc]·B-panel[kc×32].")
 	w("type kern512 func%s", sig512)
@@ -751,6 +927,10 @@ func declarations() []byte {
 	w("// prefetches into L1 one 64-byte line from pf on per row of B it reads (per k for f32, per")
 	w("// k-pair for bf16): as many bytes as it reads of B.")
 	w("type kern256 func%s", sig256)
+	w("")
+	w("// kern256w is kern256 on a whole 32-column panel (an mr×32 tile, mr <= %d): one line from pf on", wideRows)
+	w("// and one from pf+pfHalf on per row of B it reads, as the two half-panel calls would.")
+	w("type kern256w func%s", sigWide)
 	table := func(name, prefix string, n int, typ string) {
 		w("")
 		w("var %s = [...]%s{nil,", name, typ)
@@ -764,6 +944,8 @@ func declarations() []byte {
 	table("dotAvx512", "gemmDotAvx512", 12, "kern512")
 	table("f32Avx2", "gemmF32Avx2", 6, "kern256")
 	table("w16Avx2", "gemmW16Avx2", 6, "kern256")
+	table("f32Avx2Wide", "gemmF32Avx2W", wideRows, "kern256w")
+	table("w16Avx2Wide", "gemmW16Avx2W", wideRows, "kern256w")
 	decls := func(prefix string, n int, sig string) {
 		for mr := 1; mr <= n; mr++ {
 			w("")
@@ -776,6 +958,8 @@ func declarations() []byte {
 	decls("gemmDotAvx512", 12, sig512)
 	decls("gemmF32Avx2", 6, sig256)
 	decls("gemmW16Avx2", 6, sig256)
+	decls("gemmF32Avx2W", wideRows, sigWide)
+	decls("gemmW16Avx2W", wideRows, sigWide)
 	for _, p := range []string{"peakF32Avx512", "peakDotAvx512", "peakF32Avx2"} {
 		w("")
 		w("func %s(n int)", p)
