@@ -172,7 +172,9 @@ func TestNodeOnProbationIsProbedBesideTheRequest(t *testing.T) {
 // the other node got during the three requests and the short request's latency.
 func mergedLateBatch(t *testing.T, otherBacklog float64, largeWords int) (*Proxy, int64, time.Duration) {
 	cost := costmodel.Coeffs{A: 1e-4, C: 0.02}
-	nodes := startNodes(t, 2, fakenode.Options{Coeffs: cost})
+	// The node merges whatever fits (by the cost model a merge of these would not pay: the
+	// proxy must still handle a node that merges).
+	nodes := startNodes(t, 2, fakenode.Options{Coeffs: cost, MergeFill: true})
 	first, other := nodes[0], nodes[1]
 	other.SetReportedLoad(otherBacklog)
 	cfg := outlierConfig(nodes.Addrs(), cost)

@@ -71,6 +71,9 @@ type Options struct {
 	// every queued batch into its next pass (no token budget), and a pass takes its longest
 	// batch's time. A batch then waits at most for the pass already running.
 	Parallel bool
+	// MergeFill makes the node merge every queued batch that fits its token budget into its
+	// next pass (merge_policy: fill), whether or not the merge pays by the cost model.
+	MergeFill bool
 	// ID is the node_id in replies (empty: the node's default, host name and port).
 	ID string
 	// Addr is the gRPC address to listen on (empty: 127.0.0.1:0, a free loopback port). The
@@ -115,6 +118,9 @@ func Start(opts Options) (*Node, error) {
 	cfg.PrefixCacheBytes, cfg.DrainTimeout, cfg.Calibrate, cfg.MemoryLimit = 0, 0, false, -1
 	if opts.Parallel {
 		cfg.MaxBatchTokens = math.MaxInt32
+	}
+	if opts.Parallel || opts.MergeFill {
+		cfg.MergePolicy = node.MergeFill
 	}
 	n := &Node{engine: NewScriptedEngine(opts)}
 	nd, err := node.New(cfg, func(context.Context) (scorer.Engine, error) { return n.engine, nil },

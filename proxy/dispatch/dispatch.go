@@ -57,6 +57,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/backend"
@@ -510,7 +511,7 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slo
 	t0 := time.Now()
 	items := len(b.Req.GetItems())
 	n.PairsStarted(items)
-	resp, err := n.ScoreBatch(ctx, b.Req)
+	resp, err := n.ScoreBatch(ctx, queuedAhead(b.Req, l.Start))
 	el := time.Since(t0)
 	n.PairsEnded(items)
 	n.Settle(time.Now(), l.Predicted)
@@ -605,6 +606,25 @@ func (d *Dispatcher) outlier(ctx context.Context, l *plan.Lease, err error, el t
 			d.record(l, el)
 		}
 	}
+}
+
+// queuedAhead is r as sent on one lease: a shallow copy (the items are shared, never written)
+// carrying the seconds of work the placement projected ahead of the batch on its node, which the
+// node queues it by. Calls of one burst reach a node in whatever order their goroutines run; queued
+// in that order, a batch placed second could run third, answered a whole batch later than its
+// projection (on `make run`'s cluster such swaps took batches to 1.4–2× their projected finish, and
+// admission's margin with them).
+func queuedAhead(r *relevancev1.ScoreBatchRequest, ahead float64) *relevancev1.ScoreBatchRequest {
+	c := &relevancev1.ScoreBatchRequest{}
+	dst := c.ProtoReflect()
+	r.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		dst.Set(fd, v)
+		return true
+	})
+	if ahead > 0 { // NaN, negative: none
+		c.QueuedAheadSeconds = ahead
+	}
+	return c
 }
 
 // ratio is a latency over its projected finish (0 when there was no projection).

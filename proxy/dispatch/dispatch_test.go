@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/cluster"
@@ -139,5 +140,32 @@ func TestOnlyTrustedProjectionsFeedAccuracy(t *testing.T) {
 	}
 	if q, n := d.acc.Quantile(0.9); n != 32 || math.Abs(q-1.1) > 1e-9 {
 		t.Errorf("p90 %v over %d, want 1.1 over 32", q, n)
+	}
+}
+
+// TestBatchCarriesTheWorkProjectedAheadOfIt: the request a node gets is the batch's request with
+// the lease's projected backlog (Lease.Start) as queued_ahead_seconds, every other field as
+// planned; the shared request is left as it was (hedges and retries send it too, concurrently).
+func TestBatchCarriesTheWorkProjectedAheadOfIt(t *testing.T) {
+	orig := &relevancev1.ScoreBatchRequest{
+		RequestId: "r", BatchIndex: 3, Query: "q", Instruction: "i",
+		Items:                []*relevancev1.Item{{Id: "a", Text: "x"}, {Id: "b", Text: "y"}},
+		Options:              &relevancev1.ScoreOptions{MaxTokensPerItem: 7},
+		EstimatedCostSeconds: 0.25,
+	}
+	before := proto.Clone(orig)
+	for _, tc := range []struct{ ahead, want float64 }{{1.5, 1.5}, {0, 0}, {-2, 0}, {math.NaN(), 0}} {
+		got := queuedAhead(orig, tc.ahead)
+		if got.GetQueuedAheadSeconds() != tc.want {
+			t.Errorf("ahead %v: queued_ahead_seconds %v, want %v", tc.ahead, got.GetQueuedAheadSeconds(), tc.want)
+		}
+		want := proto.Clone(orig).(*relevancev1.ScoreBatchRequest)
+		want.QueuedAheadSeconds = tc.want
+		if !proto.Equal(got, want) {
+			t.Errorf("ahead %v: sent %v, want the batch's request %v", tc.ahead, got, want)
+		}
+	}
+	if !proto.Equal(orig, before) {
+		t.Errorf("the batch's own request changed: %v, was %v", orig, before)
 	}
 }

@@ -46,8 +46,13 @@ type Config struct {
 	// MaxItems is the most items one batch may hold; must be > 0.
 	MaxItems int `yaml:"max_items"`
 	// MaxBatchTokens is the token budget of one merged forward pass: queued batches are merged
-	// while the total stays within it (a single larger batch still runs alone); must be > 0.
+	// while the total stays within it and merging pays (see mergePays; a single larger batch
+	// still runs alone); must be > 0.
 	MaxBatchTokens int `yaml:"max_batch_tokens"`
+	// MergePolicy is when queued batches merge into one pass: MergeCost (the default) while the
+	// cost model says the merge answers the queue sooner (see mergePays), MergeFill whenever
+	// they fit MaxBatchTokens — for an engine whose pass costs its longest batch, not their sum.
+	MergePolicy string `yaml:"merge_policy"`
 	// MaxQueueBatches is how many batches may wait (queued, or accepted and still tokenizing);
 	// beyond it calls get RESOURCE_EXHAUSTED before any work is spent on them; > 0.
 	MaxQueueBatches int `yaml:"max_queue_batches"`
@@ -91,6 +96,12 @@ type Config struct {
 }
 
 // Default returns the defaults every field starts from.
+// Merge policies (Config.MergePolicy).
+const (
+	MergeCost = "cost"
+	MergeFill = "fill"
+)
+
 func Default() Config {
 	return Config{
 		GRPCAddr:          "127.0.0.1:7070",
@@ -100,6 +111,7 @@ func Default() Config {
 		MaxItemBytes:      64 << 10,
 		MaxItems:          1024,
 		MaxBatchTokens:    8192,
+		MergePolicy:       MergeCost,
 		MaxQueueBatches:   256,
 		MoEPolicy:         "auto",
 		BF16Matmul:        kernels.BF16MatmulAuto,
@@ -156,6 +168,9 @@ func (c *Config) Validate() error {
 		}
 	default:
 		return fmt.Errorf("scorer.engine: must be %q or %q, got %q", EngineReal, EngineEmulated, c.Engine)
+	}
+	if c.MergePolicy != MergeCost && c.MergePolicy != MergeFill {
+		return fmt.Errorf("scorer.merge_policy: must be %q or %q, got %q", MergeCost, MergeFill, c.MergePolicy)
 	}
 	for _, f := range []struct {
 		name string

@@ -109,7 +109,7 @@ func TestFaultSlowdown(t *testing.T) {
 	f := newFake()
 	f.started = nil
 	f.truth = costmodel.Coeffs{A: 1e-3} // the fake reports 1 ms per token without sleeping
-	s := newScheduler(1000, 10)
+	s := newScheduler(1000, 10, false)
 	s.fault = newFaults(nil)
 	var mu sync.Mutex
 	var waits []time.Duration
@@ -131,7 +131,7 @@ func TestFaultSlowdown(t *testing.T) {
 	if err := s.admit(); err != nil {
 		t.Fatal(err)
 	}
-	j, err := s.submit(context.Background(), f, g)
+	j, err := s.submit(context.Background(), f, g, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

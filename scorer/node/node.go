@@ -128,7 +128,7 @@ func New(cfg Config, load LoadFunc, opt Options) (*Node, error) {
 		load:      load,
 		log:       opt.Logger,
 		reg:       opt.Registry,
-		sched:     newScheduler(cfg.MaxBatchTokens, cfg.MaxQueueBatches),
+		sched:     newScheduler(cfg.MaxBatchTokens, cfg.MaxQueueBatches, cfg.MergePolicy == MergeFill),
 		health:    health.NewServer(),
 		loaded:    make(chan struct{}),
 		broken:    make(chan struct{}),
@@ -599,6 +599,10 @@ func (s *service) ScoreBatch(ctx context.Context, req *pb.ScoreBatchRequest) (*p
 		n.m.errors.WithLabelValues(errorReason(status.FromContextError(err).Err())).Inc()
 		return nil, status.FromContextError(err).Err()
 	}
+	// Where the batch queues: at its arrival (before tokenizing, which finishes in any order when
+	// calls arrive together) plus the work its caller projected ahead of it, so that batches run
+	// in the order the proxy planned them (scheduler.submit).
+	order := n.sched.now().Add(secondsDur(min(req.QueuedAheadSeconds, maxQueuedAhead)))
 	// An admitted call is in-flight work that a drain waits for; it ends with submit or release.
 	if err := n.sched.admit(); err != nil {
 		n.m.errors.WithLabelValues(admitReason(err)).Inc()
@@ -642,7 +646,7 @@ func (s *service) ScoreBatch(ctx context.Context, req *pb.ScoreBatchRequest) (*p
 	}
 	if scorable > 0 {
 		submitted = true
-		j, err := n.sched.submit(ctx, eng, g)
+		j, err := n.sched.submit(ctx, eng, g, order)
 		if err != nil {
 			n.m.errors.WithLabelValues(admitReason(err)).Inc()
 			return nil, err
@@ -757,6 +761,10 @@ func (n *Node) reply(req *pb.ScoreBatchRequest, g *scorer.Group, r passResult, i
 }
 
 // validate checks a request against the node's limits; the error names the problem.
+// maxQueuedAhead bounds the work a caller may say is ahead of its batch, in seconds: far beyond
+// any deadline, it only keeps the queue position a representable time.
+const maxQueuedAhead = 3600.0
+
 func validate(req *pb.ScoreBatchRequest, cfg *Config) error {
 	switch {
 	case req.Query == "":
@@ -769,6 +777,8 @@ func validate(req *pb.ScoreBatchRequest, cfg *Config) error {
 		return errors.New("no items: a batch needs at least one")
 	case len(req.Items) > cfg.MaxItems:
 		return fmt.Errorf("too many items: %d, the limit is %d (max_items)", len(req.Items), cfg.MaxItems)
+	case !(req.QueuedAheadSeconds >= 0) || math.IsInf(req.QueuedAheadSeconds, 1):
+		return fmt.Errorf("queued_ahead_seconds is %v: it must be finite and >= 0", req.QueuedAheadSeconds)
 	}
 	for i, it := range req.Items {
 		switch {

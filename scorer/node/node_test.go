@@ -39,9 +39,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type fakeEngine struct {
 	maxTokens   int
 	secPerToken float64
-	release     chan struct{}        // nil: Forward returns at once; else waits for a receive or close
-	started     chan []*scorer.Group // receives every pass's groups (buffered); nil: not sent
-	err         error
+	// passCost is the default prior's fixed cost of a batch (c): what a merged pass saves, so
+	// that queued batches merge (mergePays).
+	passCost float64
+	release  chan struct{}        // nil: Forward returns at once; else waits for a receive or close
+	started  chan []*scorer.Group // receives every pass's groups (buffered); nil: not sent
+	err      error
 	// prior overrides CostPrior; truth, when set, is the fake's real speed: Forward reports the
 	// pass's features and truth's time for them (times noise, when set) without sleeping.
 	prior scorer.CostPrior
@@ -54,7 +57,7 @@ type fakeEngine struct {
 }
 
 func newFake() *fakeEngine {
-	return &fakeEngine{maxTokens: 512, secPerToken: 1e-6, started: make(chan []*scorer.Group, 64)}
+	return &fakeEngine{maxTokens: 512, secPerToken: 1e-6, passCost: 1e-3, started: make(chan []*scorer.Group, 64)}
 }
 
 var _ scorer.Engine = (*fakeEngine)(nil)
@@ -143,7 +146,7 @@ func (f *fakeEngine) Forward(ctx context.Context, groups []*scorer.Group) (score
 	return st, nil
 }
 
-// CostFeatures counts every group's tokens; the fake's prior prices tokens only.
+// CostFeatures counts every group's tokens, pairs and batch (costmodel.BatchFeatures).
 func (f *fakeEngine) CostFeatures(groups []*scorer.Group) costmodel.Features {
 	var fs costmodel.Features
 	for _, g := range groups {
@@ -160,13 +163,13 @@ func fakeFeatures(g *scorer.Group) costmodel.Features {
 	return costmodel.BatchFeatures(len(g.Prefix), items, false)
 }
 
-// CostPrior is secPerToken per token (a measured profile: the node does not calibrate), or
-// prior when set.
+// CostPrior is secPerToken per token and passCost per batch (a measured profile: the node does
+// not calibrate), or prior when set.
 func (f *fakeEngine) CostPrior() scorer.CostPrior {
 	if f.prior != (scorer.CostPrior{}) {
 		return f.prior
 	}
-	return scorer.CostPrior{Coeffs: costmodel.Coeffs{A: f.secPerToken}, Source: scorer.CostSourceProfile}
+	return scorer.CostPrior{Coeffs: costmodel.Coeffs{A: f.secPerToken, C: f.passCost}, Source: scorer.CostSourceProfile}
 }
 
 func (f *fakeEngine) Info() scorer.Info {
@@ -373,6 +376,9 @@ func TestValidation(t *testing.T) {
 		{"too many items", batch("q", "a", "b", "c", "d"), "too many items: 4, the limit is 3"},
 		{"item too big", batch("q", "ok", "this is too long"), "item 1: text is 16 bytes, the limit is 10"},
 		{"query too long", batch(strings.Repeat("q", 40), "doc"), "query too long"},
+		{"negative queued_ahead_seconds", withAhead(batch("q", "doc"), -1), "queued_ahead_seconds is -1"},
+		{"NaN queued_ahead_seconds", withAhead(batch("q", "doc"), math.NaN()), "queued_ahead_seconds is NaN"},
+		{"infinite queued_ahead_seconds", withAhead(batch("q", "doc"), math.Inf(1)), "queued_ahead_seconds is +Inf"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -411,6 +417,49 @@ func hold(t *testing.T, cfg Config, f *fakeEngine) (*harness, <-chan callResult)
 	first := goCall(ctxT(t), h, batch("first", "doc"))
 	<-f.started
 	return h, first
+}
+
+func withAhead(r *pb.ScoreBatchRequest, ahead float64) *pb.ScoreBatchRequest {
+	r.QueuedAheadSeconds = ahead
+	return r
+}
+
+// TestQueuesInTheCallersPlannedOrder: batches that arrive together run in the order of their
+// arrival plus the work their caller projected ahead of each (queued_ahead_seconds), not in the
+// order their calls happened to arrive; without it, in arrival order.
+func TestQueuesInTheCallersPlannedOrder(t *testing.T) {
+	f := newFake()
+	// No merge pays (no fixed cost, and the fake reports the model's own time, so none is
+	// learned): every batch runs in a pass of its own, so the passes show the order.
+	f.passCost, f.truth = 0, costmodel.Coeffs{A: f.secPerToken}
+	h, first := hold(t, testConfig(), f)
+	// Arrival order: q2 (planned third: 20 s ahead), q0 (first), q1 (10 s ahead), q3 (none).
+	// q3 arrives last with nothing ahead, so it goes behind q0 only.
+	var calls []<-chan callResult
+	for i, c := range []struct {
+		q     string
+		ahead float64
+	}{{"q2", 20}, {"q0", 0}, {"q1", 10}, {"q3", 0}} {
+		calls = append(calls, goCall(ctxT(t), h, withAhead(batch(c.q, "doc"), c.ahead)))
+		waitSched(t, h.n.sched, "queued", func(l loadSnapshot) bool { return l.QueuedBatches == i+1 })
+	}
+	close(f.release)
+	if r := <-first; r.err != nil {
+		t.Fatal(r.err)
+	}
+	for _, c := range calls {
+		if r := <-c; r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	var got []string
+	for range 4 {
+		gs := <-f.started
+		got = append(got, string(runes(string(gs[0].Prefix))[1:]))
+	}
+	if diff := cmp.Diff([]string{"q0", "q3", "q1", "q2"}, got); diff != "" {
+		t.Errorf("pass order (-want +got):\n%s", diff)
+	}
 }
 
 func TestMergesQueuedBatches(t *testing.T) {
@@ -485,7 +534,7 @@ func TestCancelledCallerGetsNoWork(t *testing.T) {
 func TestQueuedJobWithDoneCtxDropped(t *testing.T) {
 	// The worker-side check: a job whose caller has gone but is still queued is never run.
 	f := newFake()
-	s := newScheduler(100, 10)
+	s := newScheduler(100, 10, false)
 	s.start(f, nil)
 	defer s.stop()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -494,7 +543,7 @@ func TestQueuedJobWithDoneCtxDropped(t *testing.T) {
 	if err := s.admit(); err != nil {
 		t.Fatal(err)
 	}
-	j, err := s.submit(ctx, f, g)
+	j, err := s.submit(ctx, f, g, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

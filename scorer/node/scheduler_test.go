@@ -24,14 +24,16 @@ func TestMergeKeepsEarlierDeadlines(t *testing.T) {
 	}{
 		{"no deadline merges", 0, []int{2}},
 		{"loose deadline merges", 3 * time.Hour, []int{2}},
-		{"merge would miss the head's deadline", 90 * time.Minute, []int{1, 1}},
+		{"merge would miss the head's deadline", 100 * time.Minute, []int{1, 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake()
 			f.started = nil
-			f.secPerToken = 600 // each batch below is 6 tokens: an hour alone, two merged
-			s := newScheduler(1000, 10)
+			// Each batch below is 6 tokens: an hour alone; merged, 1.5 h and 1 h more (the
+			// model's c is charged per batch, a pass pays it once), so the merge pays.
+			f.secPerToken, f.passCost = 300, 1800
+			s := newScheduler(1000, 10, false)
 			t0 := time.Now()
 			s.now = func() time.Time { return t0 }
 			ctxA, cancel := context.WithCancel(context.Background())
@@ -47,12 +49,52 @@ func TestMergeKeepsEarlierDeadlines(t *testing.T) {
 	}
 }
 
+// TestMergeOnlyWhenItAnswersTheQueueSooner: a queued batch joins the pass being assembled only
+// when the pass's fixed cost it saves, for itself and every batch queued behind it, outweighs
+// how much later it answers the batches already taken. Big batches on a short queue run one by
+// one (merging three of ~1.5 s to save a few ms made the first two 3 and 1.5 s late); a fixed
+// cost that dominates merges everything; a long queue merges what a short one would not.
+func TestMergeOnlyWhenItAnswersTheQueueSooner(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cost costmodel.Coeffs // each batch below is 6 tokens
+		jobs int
+		fill bool  // merge_policy: fill
+		want []int // groups per pass
+	}{
+		{"batches long against the fixed cost", costmodel.Coeffs{A: 0.25, C: 0.006}, 3, false, []int{1, 1, 1}},
+		{"fill merges whatever fits", costmodel.Coeffs{A: 0.25, C: 0.006}, 3, true, []int{3}},
+		{"fixed cost dominates", costmodel.Coeffs{A: 0.001, C: 0.05}, 3, false, []int{3}},
+		// 0.085 s alone, 0.06 s more merged: the first pass takes 3 while 7, 6 and then 5
+		// wait, the next 2 of 5; then 3 and fewer queued save too little.
+		{"a long queue merges what a short one would not", costmodel.Coeffs{A: 0.01, C: 0.025}, 8, false, []int{3, 2, 1, 1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake()
+			f.started = nil
+			// The fake reports the model's own time for each pass, so the node's learned
+			// model stays where it started.
+			f.prior = scorer.CostPrior{Coeffs: tc.cost, Source: scorer.CostSourceProfile}
+			f.truth = tc.cost
+			s := newScheduler(1000, 10, tc.fill)
+			ctxs := make([]context.Context, tc.jobs)
+			for i := range ctxs {
+				ctxs[i] = context.Background()
+			}
+			jobs := submitJobs(t, s, f, ctxs...)
+			s.start(f, nil)
+			defer s.stop()
+			checkPasses(t, jobs, f, tc.want)
+		})
+	}
+}
+
 // TestQueueKeepsNoFinishedJobs: the queue's backing array holds no references to jobs that left
 // it (each holds a batch's tokens and its caller's context).
 func TestQueueKeepsNoFinishedJobs(t *testing.T) {
 	f := newFake()
 	f.started = nil
-	s := newScheduler(1000, 10)
+	s := newScheduler(1000, 10, false)
 	var jobs []*job
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -65,7 +107,7 @@ func TestQueueKeepsNoFinishedJobs(t *testing.T) {
 		if i == 1 {
 			c = ctx
 		}
-		j, err := s.submit(c, f, g)
+		j, err := s.submit(c, f, g, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,19 +160,20 @@ func (c *clockedFake) clock() time.Time {
 // it was answered than had the pass's jobs run one after another in queue order — what the
 // proxy takes out of its projections' error, since its plan projects each batch alone.
 func TestMergeDelayIsAgainstRunningInQueueOrder(t *testing.T) {
-	truth := costmodel.Coeffs{A: 0.01, C: 0.05} // each job below: 6 tokens, 0.11 s alone
+	truth := costmodel.Coeffs{A: 0.01, C: 0.2} // each job below: 6 tokens, 0.26 s alone
 	f := &clockedFake{fakeEngine: newFake(), now: time.Unix(1e9, 0)}
 	f.started = nil
 	f.truth = truth
 	f.prior = scorer.CostPrior{Coeffs: truth, Source: scorer.CostSourceProfile}
-	s := newScheduler(1000, 10)
+	s := newScheduler(1000, 10, false)
 	s.now = f.clock
 	ctx := context.Background()
 	jobs := submitJobs(t, s, f, ctx, ctx, ctx)
 	s.start(f, nil)
 	defer s.stop()
-	// One pass of 0.33 s; alone, in order, they would have been answered at 0.11, 0.22, 0.33 s.
-	want := []float64{0.22, 0.11, 0}
+	// One pass of 0.78 s (the fake charges c per batch: its truth is the model's); alone, in
+	// order, they would have been answered at 0.26, 0.52 and 0.78 s.
+	want := []float64{0.52, 0.26, 0}
 	for i, j := range jobs {
 		r := <-j.done
 		if r.err != nil {
@@ -152,7 +195,7 @@ func TestMergeDelayIsZeroAlone(t *testing.T) {
 	f.started = nil
 	f.truth = truth
 	f.prior = scorer.CostPrior{Coeffs: truth, Source: scorer.CostSourceProfile}
-	s := newScheduler(1000, 10)
+	s := newScheduler(1000, 10, false)
 	s.now = f.clock
 	s.start(f, nil)
 	defer s.stop()
@@ -160,7 +203,7 @@ func TestMergeDelayIsZeroAlone(t *testing.T) {
 	if err := s.admit(); err != nil {
 		t.Fatal(err)
 	}
-	j, err := s.submit(context.Background(), f, g)
+	j, err := s.submit(context.Background(), f, g, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,18 +221,19 @@ func TestMergeLeavesTheCostModelsErrorAsMargin(t *testing.T) {
 		margin float64
 		want   []int // groups per pass
 	}{
-		{1, []int{2}},      // 2 h merged, deadline 2.5 h: merges
+		{1, []int{2}},      // 2 h merged by the estimate, deadline 2.5 h: merges
 		{1.5, []int{1, 1}}, // 3 h with the margin: runs the head alone
 	} {
 		t.Run(fmt.Sprintf("margin %.1f", tc.margin), func(t *testing.T) {
 			f := newFake()
 			f.started = nil
-			f.secPerToken = 600 // each batch below is 6 tokens: an hour alone, two merged
-			cost := newCostModel(calibration{}, scorer.CostPrior{Coeffs: costmodel.Coeffs{A: 600}, Source: scorer.CostSourceProfile})
+			// Each batch below is 6 tokens: an hour alone, two hours merged by the estimate
+			// (which charges c per batch) and 1.5 h by the fixed cost the merge saves.
+			cost := newCostModel(calibration{}, scorer.CostPrior{Coeffs: costmodel.Coeffs{A: 300, C: 1800}, Source: scorer.CostSourceProfile})
 			snap := cost.snapshot()
 			snap.Margin = tc.margin
 			cost.snap.Store(&snap)
-			s := newScheduler(1000, 10)
+			s := newScheduler(1000, 10, false)
 			t0 := time.Now()
 			s.now = func() time.Time { return t0 }
 			ctxA, cancel := context.WithDeadline(context.Background(), t0.Add(150*time.Minute))
@@ -263,7 +307,7 @@ func submitJobs(t *testing.T, s *scheduler, eng scorer.Engine, ctxs ...context.C
 		if err := s.admit(); err != nil {
 			t.Fatal(err)
 		}
-		j, err := s.submit(ctx, eng, g)
+		j, err := s.submit(ctx, eng, g, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -772,8 +772,13 @@ type ScoreBatchRequest struct {
 	Options     *ScoreOptions `protobuf:"bytes,6,opt,name=options,proto3" json:"options,omitempty"`
 	// The proxy's cost estimate for this batch in seconds (informational; the node keeps its own).
 	EstimatedCostSeconds float64 `protobuf:"fixed64,7,opt,name=estimated_cost_seconds,json=estimatedCostSeconds,proto3" json:"estimated_cost_seconds,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Seconds of work the caller projected ahead of this batch on this node when it placed it (its
+	// view of the node's load then). The node queues a batch at its arrival time plus this, so that
+	// batches sent at nearly the same moment run in the order the caller planned them rather than
+	// the order their calls happened to arrive; 0 (unset) queues it at arrival. Finite and >= 0.
+	QueuedAheadSeconds float64 `protobuf:"fixed64,8,opt,name=queued_ahead_seconds,json=queuedAheadSeconds,proto3" json:"queued_ahead_seconds,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ScoreBatchRequest) Reset() {
@@ -851,6 +856,13 @@ func (x *ScoreBatchRequest) GetOptions() *ScoreOptions {
 func (x *ScoreBatchRequest) GetEstimatedCostSeconds() float64 {
 	if x != nil {
 		return x.EstimatedCostSeconds
+	}
+	return 0
+}
+
+func (x *ScoreBatchRequest) GetQueuedAheadSeconds() float64 {
+	if x != nil {
+		return x.QueuedAheadSeconds
 	}
 	return 0
 }
@@ -1322,7 +1334,7 @@ const file_relevance_v1_relevance_proto_rawDesc = "" +
 	"\aranking\x18\x03 \x03(\rR\aranking\x12)\n" +
 	"\x05usage\x18\x04 \x01(\v2\x13.relevance.v1.UsageR\x05usage\x12/\n" +
 	"\atimings\x18\x05 \x01(\v2\x15.relevance.v1.TimingsR\atimings\x12\x14\n" +
-	"\x05model\x18\x06 \x01(\tR\x05model\"\xa1\x02\n" +
+	"\x05model\x18\x06 \x01(\tR\x05model\"\xd3\x02\n" +
 	"\x11ScoreBatchRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
@@ -1332,7 +1344,8 @@ const file_relevance_v1_relevance_proto_rawDesc = "" +
 	"\vinstruction\x18\x04 \x01(\tR\vinstruction\x12(\n" +
 	"\x05items\x18\x05 \x03(\v2\x12.relevance.v1.ItemR\x05items\x124\n" +
 	"\aoptions\x18\x06 \x01(\v2\x1a.relevance.v1.ScoreOptionsR\aoptions\x124\n" +
-	"\x16estimated_cost_seconds\x18\a \x01(\x01R\x14estimatedCostSeconds\"\xc7\x02\n" +
+	"\x16estimated_cost_seconds\x18\a \x01(\x01R\x14estimatedCostSeconds\x120\n" +
+	"\x14queued_ahead_seconds\x18\b \x01(\x01R\x12queuedAheadSeconds\"\xc7\x02\n" +
 	"\bNodeLoad\x12.\n" +
 	"\x13queued_cost_seconds\x18\x01 \x01(\x01R\x11queuedCostSeconds\x120\n" +
 	"\x14running_cost_seconds\x18\x02 \x01(\x01R\x12runningCostSeconds\x12%\n" +
