@@ -497,28 +497,35 @@ func (g *gen) f32Avx2(mr int) {
 			g.p("\tVFMADD231PS Y13, Y%d, Y%d", r, 2*i+1)
 		}
 	}
-	g.p("%s_loop%d:", name, U)
-	g.p("\tCMPQ CX, $%d", U)
+	g.f32LoopAvx2(name, mr, U, step, g.prefetchAvx2)
+	g.store256(name, mr)
+}
+
+// f32LoopAvx2 emits an AVX2 f32 kernel's k loop: u steps a round (step(0..u-1), one k each, B
+// rows 128 bytes apart) while u values of k remain, then one at a time; prefetch(n) emits the
+// prefetches of n rows of B.
+func (g *gen) f32LoopAvx2(name string, mr, u int, step func(u int), prefetch func(n int)) {
+	g.p("%s_loop%d:", name, u)
+	g.p("\tCMPQ CX, $%d", u)
 	g.p("\tJLT %s_tail", name)
-	g.prefetchAvx2(U)
-	for u := 0; u < U; u++ {
-		step(u)
+	prefetch(u)
+	for i := 0; i < u; i++ {
+		step(i)
 	}
-	g.advanceA(mr, 4*U)
-	g.p("\tADDQ $%d, DX", 128*U)
-	g.p("\tSUBQ $%d, CX", U)
-	g.p("\tJMP %s_loop%d", name, U)
+	g.advanceA(mr, 4*u)
+	g.p("\tADDQ $%d, DX", 128*u)
+	g.p("\tSUBQ $%d, CX", u)
+	g.p("\tJMP %s_loop%d", name, u)
 	g.p("%s_tail:", name)
 	g.p("\tTESTQ CX, CX")
 	g.p("\tJEQ %s_done", name)
-	g.prefetchAvx2(1)
+	prefetch(1)
 	step(0)
 	g.advanceA(mr, 4)
 	g.p("\tADDQ $128, DX")
 	g.p("\tDECQ CX")
 	g.p("\tJMP %s_tail", name)
 	g.p("%s_done:", name)
-	g.store256(name, mr)
 }
 
 // w16Avx2 is the AVX2 kernel for f32 A by bf16 B on half a bf16 panel (16 columns × one k-pair
@@ -556,10 +563,18 @@ func (g *gen) w16Avx2(mr int) {
 			g.p("\tVFMADD231PS Y13, Y14, Y%d", 2*i+1)
 		}
 	}
+	g.w16LoopAvx2(name, mr, step, g.prefetchAvx2)
+	g.store256(name, mr)
+}
+
+// w16LoopAvx2 emits an AVX2 bf16 kernel's k loop: one k-pair a round (step(false); B rows 128
+// bytes apart; CX the pairs, BX's low bit an odd last k), then the odd k alone (step(true));
+// prefetch(n) emits the prefetches of n rows of B.
+func (g *gen) w16LoopAvx2(name string, mr int, step func(oddOnly bool), prefetch func(n int)) {
 	g.p("%s_loop:", name)
 	g.p("\tTESTQ CX, CX")
 	g.p("\tJEQ %s_odd", name)
-	g.prefetchAvx2(1)
+	prefetch(1)
 	step(false)
 	g.advanceA(mr, 8)
 	g.p("\tADDQ $128, DX")
@@ -570,7 +585,6 @@ func (g *gen) w16Avx2(mr int) {
 	g.p("\tJEQ %s_done", name)
 	step(true)
 	g.p("%s_done:", name)
-	g.store256(name, mr)
 }
 
 // wideRows is the tallest AVX2 micro-tile that also has a whole-panel kernel (f32Avx2Wide,
@@ -661,27 +675,7 @@ func (g *gen) f32Avx2Wide(mr int) {
 			}
 		}
 	}
-	g.p("%s_loop%d:", name, U)
-	g.p("\tCMPQ CX, $%d", U)
-	g.p("\tJLT %s_tail", name)
-	g.prefetchAvx2Wide(U)
-	for u := 0; u < U; u++ {
-		step(u)
-	}
-	g.advanceA(mr, 4*U)
-	g.p("\tADDQ $%d, DX", 128*U)
-	g.p("\tSUBQ $%d, CX", U)
-	g.p("\tJMP %s_loop%d", name, U)
-	g.p("%s_tail:", name)
-	g.p("\tTESTQ CX, CX")
-	g.p("\tJEQ %s_done", name)
-	g.prefetchAvx2Wide(1)
-	step(0)
-	g.advanceA(mr, 4)
-	g.p("\tADDQ $128, DX")
-	g.p("\tDECQ CX")
-	g.p("\tJMP %s_tail", name)
-	g.p("%s_done:", name)
+	g.f32LoopAvx2(name, mr, U, step, g.prefetchAvx2Wide)
 	g.storeWide(name, mr)
 }
 
@@ -718,20 +712,7 @@ func (g *gen) w16Avx2Wide(mr int) {
 			}
 		}
 	}
-	g.p("%s_loop:", name)
-	g.p("\tTESTQ CX, CX")
-	g.p("\tJEQ %s_odd", name)
-	g.prefetchAvx2Wide(1)
-	step(false)
-	g.advanceA(mr, 8)
-	g.p("\tADDQ $128, DX")
-	g.p("\tDECQ CX")
-	g.p("\tJMP %s_loop", name)
-	g.p("%s_odd:", name)
-	g.p("\tTESTQ $1, BX")
-	g.p("\tJEQ %s_done", name)
-	step(true)
-	g.p("%s_done:", name)
+	g.w16LoopAvx2(name, mr, step, g.prefetchAvx2Wide)
 	g.storeWide(name, mr)
 }
 

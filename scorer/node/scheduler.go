@@ -33,7 +33,7 @@ type job struct {
 	// order is the job's place in the queue: its arrival plus the work its caller projected
 	// ahead of it (ScoreBatchRequest.queued_ahead_seconds); the queue is kept sorted by it.
 	order time.Time
-	done     chan passResult // buffered: the worker never blocks on a caller that has gone
+	done  chan passResult // buffered: the worker never blocks on a caller that has gone
 }
 
 // passResult is what the worker tells one job.
