@@ -423,19 +423,22 @@ func (g *gen) dotAvx512(mr int) {
 
 const args256 = "$0-64"
 
-// store256 writes the mr×16 accumulators Y0..Y(2mr-1) to C (all 16 columns; the Go side routes
-// ragged column edges through a scratch tile).
-func (g *gen) store256(name string, mr int) {
+// storeRows writes the accumulators Y(vecs·i+q) of row i (columns 8q..8q+7; vecs 2 for a half
+// panel, 4 for a whole one) to C, adding C's old values when acc != 0. The half-panel kernels
+// compute all 16 columns: the Go side routes ragged column edges through a scratch tile.
+func (g *gen) storeRows(name string, mr, vecs int) {
 	g.p("\tMOVQ c+32(FP), DI")
 	g.p("\tMOVQ ldc+40(FP), R12")
 	g.p("\tMOVQ acc+48(FP), BX")
 	g.p("\tTESTQ BX, BX")
 	g.p("\tJEQ %s_store", name)
 	for i := 0; i < mr; i++ {
-		g.p("\tVADDPS (DI), Y%d, Y%d", 2*i, 2*i)
-		g.p("\tVADDPS 32(DI), Y%d, Y%d", 2*i+1, 2*i+1)
-		g.p("\tVMOVUPS Y%d, (DI)", 2*i)
-		g.p("\tVMOVUPS Y%d, 32(DI)", 2*i+1)
+		for q := 0; q < vecs; q++ {
+			g.p("\tVADDPS %s, Y%d, Y%d", disp(32*q, "DI"), vecs*i+q, vecs*i+q)
+		}
+		for q := 0; q < vecs; q++ {
+			g.p("\tVMOVUPS Y%d, %s", vecs*i+q, disp(32*q, "DI"))
+		}
 		if i < mr-1 {
 			g.p("\tADDQ R12, DI")
 		}
@@ -444,8 +447,9 @@ func (g *gen) store256(name string, mr int) {
 	g.p("\tRET")
 	g.p("%s_store:", name)
 	for i := 0; i < mr; i++ {
-		g.p("\tVMOVUPS Y%d, (DI)", 2*i)
-		g.p("\tVMOVUPS Y%d, 32(DI)", 2*i+1)
+		for q := 0; q < vecs; q++ {
+			g.p("\tVMOVUPS Y%d, %s", vecs*i+q, disp(32*q, "DI"))
+		}
 		if i < mr-1 {
 			g.p("\tADDQ R12, DI")
 		}
@@ -454,8 +458,18 @@ func (g *gen) store256(name string, mr int) {
 	g.p("\tRET")
 }
 
-func (g *gen) zero256(mr int) {
-	for i := 0; i < 2*mr; i++ {
+// disp is a memory operand off base at byte displacement d ("(DI)" for 0, as the assembler
+// prints it).
+func disp(d int, base string) string {
+	if d == 0 {
+		return "(" + base + ")"
+	}
+	return fmt.Sprintf("%d(%s)", d, base)
+}
+
+// zeroYmm clears Y0..Y(n-1), the accumulators.
+func (g *gen) zeroYmm(n int) {
+	for i := 0; i < n; i++ {
 		g.p("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
 	}
 }
@@ -466,12 +480,19 @@ func (g *gen) zero256(mr int) {
 // ahead. Without it a bf16 GEMM on cold weights (an MoE expert, streamed from DRAM once per
 // pass) ran at 6-8 GB/s on the 2-core AMD EPYC dev machine, where touching the same bytes runs
 // at 20+ GB/s: a 6-row tile took 68-76 µs on a 384×512 weight against 27-31 µs in cache.
-func (g *gen) prefetchAvx2(n int) {
+func (g *gen) prefetchAvx2(n int) { g.prefetchLines(n, false) }
+
+// prefetchLines emits prefetchAvx2's n lines from R11 on and, for a whole-panel call (both),
+// the second half's n lines R13 bytes further (the Go side's pf and pfHalf).
+func (g *gen) prefetchLines(n int, both bool) {
 	if !prefetchAvx2On {
 		return
 	}
 	for i := range n {
 		g.p("\tPREFETCHT0 %d(R11)", 64*i)
+		if both {
+			g.p("\tPREFETCHT0 %d(R11)(R13*1)", 64*i)
+		}
 	}
 	g.p("\tADDQ $%d, R11", 64*n)
 }
@@ -485,7 +506,7 @@ func (g *gen) f32Avx2(mr int) {
 	g.p("TEXT ·%s(SB), NOSPLIT, %s", name, args256)
 	g.prologue(mr)
 	g.p("\tMOVQ pf+56(FP), R11")
-	g.zero256(mr)
+	g.zeroYmm(2 * mr)
 	const U = 4
 	step := func(u int) {
 		g.p("\tVMOVUPS %d(DX), Y12", 128*u)
@@ -498,7 +519,7 @@ func (g *gen) f32Avx2(mr int) {
 		}
 	}
 	g.f32LoopAvx2(name, mr, U, step, g.prefetchAvx2)
-	g.store256(name, mr)
+	g.storeRows(name, mr, 2)
 }
 
 // f32LoopAvx2 emits an AVX2 f32 kernel's k loop: u steps a round (step(0..u-1), one k each, B
@@ -541,7 +562,7 @@ func (g *gen) w16Avx2(mr int) {
 	g.p("\tVPBROADCASTD X15, Y15")
 	g.p("\tMOVQ CX, BX")
 	g.p("\tSHRQ $1, CX")
-	g.zero256(mr)
+	g.zeroYmm(2 * mr)
 	step := func(oddOnly bool) {
 		g.p("\tVMOVDQU (DX), Y12")
 		g.p("\tVMOVDQU 32(DX), Y13")
@@ -564,7 +585,7 @@ func (g *gen) w16Avx2(mr int) {
 		}
 	}
 	g.w16LoopAvx2(name, mr, step, g.prefetchAvx2)
-	g.store256(name, mr)
+	g.storeRows(name, mr, 2)
 }
 
 // w16LoopAvx2 emits an AVX2 bf16 kernel's k loop: one k-pair a round (step(false); B rows 128
@@ -597,49 +618,8 @@ const wideRows = 3
 
 const argsWide = "$0-72"
 
-// prefetchAvx2Wide is prefetchAvx2 for a whole-panel call: n lines from each half's stream, the
-// first half's at R11, the second's R13 bytes further (the Go side's pf and pfHalf).
-func (g *gen) prefetchAvx2Wide(n int) {
-	if !prefetchAvx2On {
-		return
-	}
-	for i := range n {
-		g.p("\tPREFETCHT0 %d(R11)", 64*i)
-		g.p("\tPREFETCHT0 %d(R11)(R13*1)", 64*i)
-	}
-	g.p("\tADDQ $%d, R11", 64*n)
-}
-
-// storeWide writes the mr×32 accumulators Y(4i+q) (row i, columns 8q..8q+7) to C.
-func (g *gen) storeWide(name string, mr int) {
-	g.p("\tMOVQ c+32(FP), DI")
-	g.p("\tMOVQ ldc+40(FP), R12")
-	g.p("\tMOVQ acc+48(FP), BX")
-	g.p("\tTESTQ BX, BX")
-	g.p("\tJEQ %s_store", name)
-	for i := 0; i < mr; i++ {
-		for q := 0; q < 4; q++ {
-			g.p("\tVADDPS %d(DI), Y%d, Y%d", 32*q, 4*i+q, 4*i+q)
-			g.p("\tVMOVUPS Y%d, %d(DI)", 4*i+q, 32*q)
-		}
-		if i < mr-1 {
-			g.p("\tADDQ R12, DI")
-		}
-	}
-	g.p("\tVZEROUPPER")
-	g.p("\tRET")
-	g.p("%s_store:", name)
-	for i := 0; i < mr; i++ {
-		for q := 0; q < 4; q++ {
-			g.p("\tVMOVUPS Y%d, %d(DI)", 4*i+q, 32*q)
-		}
-		if i < mr-1 {
-			g.p("\tADDQ R12, DI")
-		}
-	}
-	g.p("\tVZEROUPPER")
-	g.p("\tRET")
-}
+// prefetchAvx2Wide is prefetchAvx2 for a whole-panel call: n lines from each half's stream.
+func (g *gen) prefetchAvx2Wide(n int) { g.prefetchLines(n, true) }
 
 func (g *gen) wideHeader(name string, mr int) {
 	g.p("\n// func %s(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer, pfHalf uintptr)", name)
@@ -647,9 +627,7 @@ func (g *gen) wideHeader(name string, mr int) {
 	g.prologue(mr)
 	g.p("\tMOVQ pf+56(FP), R11")
 	g.p("\tMOVQ pfHalf+64(FP), R13")
-	for i := 0; i < 4*mr; i++ {
-		g.p("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
-	}
+	g.zeroYmm(4 * mr)
 }
 
 // f32Avx2Wide is f32Avx2 on a whole 32-column f32 panel for mr <= wideRows rows: Y12.. hold the
@@ -676,7 +654,7 @@ func (g *gen) f32Avx2Wide(mr int) {
 		}
 	}
 	g.f32LoopAvx2(name, mr, U, step, g.prefetchAvx2Wide)
-	g.storeWide(name, mr)
+	g.storeRows(name, mr, 4)
 }
 
 // w16Avx2Wide is w16Avx2 on a whole bf16 panel (32 columns × one k-pair = 128 bytes) for mr <=
@@ -713,7 +691,7 @@ func (g *gen) w16Avx2Wide(mr int) {
 		}
 	}
 	g.w16LoopAvx2(name, mr, step, g.prefetchAvx2Wide)
-	g.storeWide(name, mr)
+	g.storeRows(name, mr, 4)
 }
 
 // peak emits n iterations of 12 independent register-resident chains (FMA or VDPBF16PS). The

@@ -505,7 +505,7 @@ func (s *scheduler) passCostLocked(eng scorer.Engine) float64 {
 	if s.cost == nil {
 		return eng.CostPrior().Coeffs.C
 	}
-	return s.cost.snapshot().Coeffs.C
+	return s.cost.snap.Load().Coeffs.C // not snapshot(): no copy of the whole state per queued job
 }
 
 // runPass runs one forward pass over jobs and replies to each. It reports whether the engine
