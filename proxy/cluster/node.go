@@ -192,11 +192,20 @@ var clockEpoch = time.Now()
 func clock(t time.Time) float64 { return t.Sub(clockEpoch).Seconds() }
 
 // Charge adds a picked batch of predicted seconds: the node will be busy that much longer
-// after its current projected finish (or after now, when idle).
+// after its current projected finish (or after now, when idle). On a late node — batches still
+// out past its projected finish — that is after the lateness Load counts it busy for (a batch
+// overrun by d needs about d more): charged from now instead, a node late by d looked loaded by
+// the new batch alone, less than just before it was picked, so least-loaded kept feeding a node
+// that had just slowed down (the onset of the slow-node fault) with every batch it picked.
 func (n *Node) Charge(now time.Time, predicted float64) {
 	n.chargeMu.Lock()
+	c, f := clock(now), n.finish.Load()
+	base := math.Max(f, c)
+	if f < c && n.inflight.Load() > 0 {
+		base = c + (c - f)
+	}
 	n.inflight.Add(predicted)
-	n.finish.Store(math.Max(n.finish.Load(), clock(now)) + predicted)
+	n.finish.Store(base + predicted)
 	n.chargeMu.Unlock()
 }
 

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 )
@@ -84,6 +85,30 @@ func TestLateNodeLooksBusy(t *testing.T) {
 	n.Settle(t0.Add(400*time.Millisecond), 0.1)
 	if l := n.Load(t0.Add(500 * time.Millisecond)); l != 0 {
 		t.Errorf("answered: load %v, want 0", l)
+	}
+}
+
+// TestLateNodeStaysBusyWhenCharged: a batch placed on a late node comes after the lateness the
+// node is counted busy for, so picking a late node never makes it look less loaded than before.
+func TestLateNodeStaysBusyWhenCharged(t *testing.T) {
+	n := &Node{}
+	t0 := time.Now()
+	n.Charge(t0, 0.1)
+	late := t0.Add(300 * time.Millisecond) // 0.2 s overdue
+	before := n.Load(late)
+	n.Charge(late, 0.05)
+	if l := n.Load(late); math.Abs(l-(before+0.05)) > 1e-6 {
+		t.Errorf("0.2 s overdue, charged 0.05 s: load %v, want %v (the lateness, then the batch)", l, before+0.05)
+	}
+	// An idle node, and one on schedule, are charged from now and from their finish.
+	idle := &Node{}
+	idle.Charge(t0, 0.05)
+	if l := idle.Load(t0); math.Abs(l-0.05) > 1e-6 {
+		t.Errorf("idle node charged 0.05 s: load %v", l)
+	}
+	idle.Charge(t0.Add(10*time.Millisecond), 0.05)
+	if l := idle.Load(t0.Add(10 * time.Millisecond)); math.Abs(l-0.09) > 1e-6 {
+		t.Errorf("on schedule, charged another 0.05 s 10 ms in: load %v, want 0.09", l)
 	}
 }
 
