@@ -115,6 +115,44 @@ func TestOverdueBatchIsRescuedBeforeTheDeadline(t *testing.T) {
 	}
 }
 
+// TestNodeLosingEveryRaceToItsRescuesIsEjected: a node that has slowed down 20× has each of its
+// batches rescued on the other node, and the rescue answers before the slow batch reaches its
+// slow mark. Cancelled then, the slow call was no evidence: the node was never counted slow,
+// each cancelled call settled it idle, and least-loaded gave it a batch of every request, each
+// one rescued again (a black hole that a burst turns into missed deadlines). The losing call is
+// now left to run to its slow mark, detached from the request: the node is counted slow and
+// ejected, and no request waits for it.
+func TestNodeLosingEveryRaceToItsRescuesIsEjected(t *testing.T) {
+	nodes := startNodes(t, 2, fakenode.Options{Coeffs: fastCost})
+	slow := nodes[1]
+	cfg := outlierConfig(nodes.Addrs(), fastCost)
+	cfg.Hedge.Enabled = false
+	cfg.Outlier.SlowFactor = 6 // the rescue answers (~45 ms) past 3.5× and before the slow mark (60 ms)
+	cfg.Outlier.SlowMin = 60 * time.Millisecond
+	cfg.Retry.BudgetBurst = 50 // every rescue is affordable: the test is about evidence, not budget
+	p, _ := startProxy(t, cfg)
+	for i := range 3 { // every node learned and OK
+		if _, err := p.Score(context.Background(), makeRequest(8, uint64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow.SetLatency(func(fakenode.Batch) time.Duration { return 300 * time.Millisecond })
+	for i := range 20 {
+		start := time.Now()
+		if _, err := p.Score(context.Background(), makeRequest(8, uint64(100+i))); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if el := time.Since(start); el > 250*time.Millisecond {
+			t.Errorf("request %d took %v: it waited for the slow node (300 ms a batch) instead of its rescue", i, el)
+		}
+		if s := nodeStatus(t, p, slow.Addr()); s.Ejected {
+			return
+		}
+		time.Sleep(100 * time.Millisecond) // the losing calls reach their slow marks
+	}
+	t.Errorf("slow node after 20 requests: %+v, want it counted slow and ejected", nodeStatus(t, p, slow.Addr()))
+}
+
 // TestNodeOnProbationIsProbedBesideTheRequest: a node back from an ejection gets a copy of a
 // batch (a probe) that another node also runs; the request is answered by the others without
 // waiting for it. A probe that runs slow ejects the node again.

@@ -116,6 +116,7 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 		RescueFactor:    cfg.Retry.RescueFactor,
 		RescueMinLate:   cfg.Retry.RescueMinLate,
 		TrustSamples:    cfg.Admission.MinSamples,
+		Log:             log,
 	}, p.cluster, placer, acc, dispatch.Metrics{
 		Retries:         p.m.retries,
 		Hedges:          p.m.hedges,

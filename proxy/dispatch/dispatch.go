@@ -34,6 +34,14 @@
 //     health (cluster.SuspectStall). A node found stalled — silent, as a stopped process is —
 //     takes no new batches, and every batch waiting on it is rescued at once, without waiting
 //     for its schedule: a stalled node's schedule means nothing.
+//   - Lost races are evidence. A call whose copy answered first while the call was far behind its
+//     projection (at least halfway to its slow mark) but short of the mark is not cancelled: detached from the request (which has its answer), it
+//     runs on until it answers — a late outcome its node's speed and slowness learn from, kept out
+//     of the projections' error — or reaches its slow mark, where it is counted slow and cancelled.
+//     Cancelled at once, it said nothing: a node that had just slowed down lost every race to its
+//     rescues, was never counted slow, looked idle after each cancelled call and kept getting a
+//     batch of every request, until a burst left no time to rescue them (fault suite, slow10).
+//     The cost is bounded: at most SlowFactor × the batch's projected finish of that node's time.
 //   - In fail-fast mode the first batch that fails for good cancels the others.
 //   - Probe: a node back from an outlier ejection (package cluster: probation) gets a copy of the
 //     request's smallest batch, sent beside the batch itself; the request never waits for it.
@@ -47,6 +55,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
@@ -90,6 +99,10 @@ type Config struct {
 	// the first batches, priced by a prior that may be far off (another machine's), would
 	// otherwise inflate admission's margin long after the nodes' own models replaced it.
 	TrustSamples int
+	// Log, when it is enabled at debug level, gets one record per call: its node, the plan's
+	// projection and what happened (nil: none). It answers "why was this request late" after
+	// the fact without a profiler.
+	Log *slog.Logger
 }
 
 // Metrics are what dispatch records; nil fields record nothing.
@@ -194,16 +207,16 @@ func (d *Dispatcher) probe(ctx context.Context, p *plan.Plan) {
 	go func() {
 		defer cancel()
 		defer n.ProbeEnded()
-		var slow atomic.Bool
+		var mk callMarks
 		if delay, ok := d.slowAfter(l.Finish); ok {
 			t := time.AfterFunc(delay, func() {
-				if slow.CompareAndSwap(false, true) {
+				if mk.slow.CompareAndSwap(false, true) {
 					d.cluster.ReportSlow(n, time.Now(), d.cfg.SlowFactor)
 				}
 			})
 			defer t.Stop()
 		}
-		_, _ = d.call(pctx, l, b, &slow)
+		_, _ = d.call(pctx, l, b, &mk)
 	}()
 }
 
@@ -287,8 +300,9 @@ func retryable(ctx context.Context, err error) bool {
 
 // attempt runs the batch on its lease and, if the first call straggles, on a second node: a hedge
 // after the hedging delay (when enabled), or a rescue once the call is slow. The first answer
-// wins and the other call is cancelled. It returns only after every call it started has
-// returned, so nothing outlives the request.
+// wins and the other call is cancelled — except a first call that lost to its copy before its
+// slow mark, which runs on as evidence about its node (see the package doc). Otherwise it returns
+// only after every call it started has returned.
 func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, tried *[]*cluster.Node) (resp *relevancev1.ScoreBatchResponse, hedges int, slow bool, err error) {
 	type result struct {
 		resp  *relevancev1.ScoreBatchResponse
@@ -296,11 +310,27 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 		hedge bool
 	}
 	ch := make(chan result, 2)
-	c1, cancel1 := context.WithCancel(ctx)
-	defer cancel1()
-	var slow1 atomic.Bool // the first call was counted slow
+	// The first call keeps the request's deadline and follows its cancellation until a copy wins
+	// the race; then it may be left to run (see below), and whoever holds it last calls cancel1.
+	c1 := context.WithoutCancel(ctx)
+	cancelDL := context.CancelFunc(func() {})
+	if dl, ok := ctx.Deadline(); ok {
+		c1, cancelDL = context.WithDeadline(c1, dl)
+	}
+	c1, cancelOnly := context.WithCancel(c1)
+	cancel1 := func() { cancelOnly(); cancelDL() }
+	follow := context.AfterFunc(ctx, cancel1)
+	lingers := false
+	defer func() {
+		if !lingers {
+			follow()
+			cancel1()
+		}
+	}()
+	var mk1 callMarks
+	t0 := time.Now()
 	go func() {
-		r, e := d.call(c1, l, b, &slow1)
+		r, e := d.call(c1, l, b, &mk1)
 		ch <- result{r, e, false}
 	}()
 	var hedgeC, stuckC, rescueC <-chan time.Time
@@ -317,10 +347,18 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 		defer rescueT.Stop()
 		rescueC, rescueBy = rescueT.C, time.Now().Add(latest)
 	}
-	if delay, ok := d.slowAfter(l.Finish); ok {
-		t := time.NewTimer(delay)
+	slowAt, slowOn := d.slowAfter(l.Finish)
+	if slowOn {
+		t := time.NewTimer(slowAt)
 		defer t.Stop()
 		stuckC = t.C
+	}
+	// markSlow counts the first call slow (once): evidence against its node, before it ends.
+	markSlow := func() {
+		d.cluster.SuspectStall(l.Node, time.Now())
+		if mk1.slow.CompareAndSwap(false, true) {
+			d.cluster.ReportSlow(l.Node, time.Now(), d.cfg.SlowFactor)
+		}
 	}
 	// Overdue on a node that has answered nothing lately: is it stalled (package cluster)? Every
 	// call waiting on a stalled node hears of it through stallC and is rescued at once.
@@ -331,7 +369,7 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 	for l2 == nil {
 		select {
 		case r := <-ch:
-			return r.resp, 0, slow1.Load(), r.err
+			return r.resp, 0, mk1.slow.Load(), r.err
 		case <-overdueC:
 			overdueC = nil
 			d.cluster.SuspectStall(l.Node, time.Now())
@@ -341,7 +379,7 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 			// plan's error: marked as counted, it is neither learned from nor counted slow (a
 			// stall is the stall detector's business, not an outlier's outcome).
 			stallC = nil
-			slow1.CompareAndSwap(false, true)
+			mk1.slow.CompareAndSwap(false, true)
 			if l2 = d.placeRescue(ctx, "stall", *tried, b, math.Inf(1)); l2 != nil {
 				inc(d.m.Rescues)
 			}
@@ -381,10 +419,7 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 			// Slow: evidence against the node now, before the call ends, and a rescue on
 			// another node while the deadline allows.
 			stuckC = nil
-			d.cluster.SuspectStall(l.Node, time.Now())
-			if slow1.CompareAndSwap(false, true) {
-				d.cluster.ReportSlow(l.Node, time.Now(), d.cfg.SlowFactor)
-			}
+			markSlow()
 			l2 = d.placeRescue(ctx, "slow", *tried, b, math.Inf(1))
 		}
 	}
@@ -392,24 +427,63 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 	inc(d.m.Hedges)
 	c2, cancel2 := context.WithCancel(ctx)
 	defer cancel2()
-	var slow2 atomic.Bool
+	var mk2 callMarks
 	go func() {
-		r, e := d.call(c2, l2, b, &slow2)
+		r, e := d.call(c2, l2, b, &mk2)
 		ch <- result{r, e, true}
 	}()
-	win := <-ch
-	if win.err == nil {
+	// The first call is still judged while the copy runs: reaching its slow mark counts against
+	// its node as it would have without a copy.
+	var win result
+	for got := false; !got; {
+		select {
+		case win = <-ch:
+			got = true
+		case <-stuckC:
+			stuckC = nil
+			markSlow()
+		}
+	}
+	switch {
+	case win.err == nil && win.hedge && stuckC != nil && d.lostFar(l, time.Since(t0)) && follow():
+		lingers = true
+		mk1.lost.Store(true)
+		// The copy won while the first call was far behind its projection but not yet at its
+		// slow mark. Cancelled now, it would say nothing about its node: the node that has just
+		// slowed down loses every race to its rescues, is never counted slow, keeps looking idle
+		// (every cancelled call settles it) and keeps getting batches — until a burst leaves no
+		// time to rescue them. So it is left to run, detached from the request, until it
+		// answers (a late outcome, learned from) or reaches its slow mark (counted slow),
+		// whichever is first: at most (SlowFactor − its lateness so far) × its projected
+		// finish of one node's time.
+		cancel2()
+		left := slowAt - time.Since(t0)
+		go func() {
+			defer cancel1()
+			t := time.NewTimer(max(left, 0))
+			defer t.Stop()
+			select {
+			case <-ch:
+			case <-t.C:
+				markSlow()
+				cancel1()
+				<-ch
+			}
+		}()
+	case win.err == nil:
 		// Cancel the loser and wait for it (a cancelled RPC returns at once).
 		cancel1()
 		cancel2()
 		<-ch
-	} else if second := <-ch; second.err == nil {
-		win = second
+	default:
+		if second := <-ch; second.err == nil {
+			win = second
+		}
 	}
 	if win.err == nil && win.hedge {
 		inc(d.m.HedgeWins)
 	}
-	return win.resp, 1, slow1.Load() || slow2.Load(), win.err
+	return win.resp, 1, mk1.slow.Load() || mk2.slow.Load(), win.err
 }
 
 // fitsDeadline reports whether a lease's projected finish comes before ctx's deadline.
@@ -478,6 +552,16 @@ func (d *Dispatcher) rescueAfter(ctx context.Context, l *plan.Lease) (after, lat
 	return time.Duration(at * float64(time.Second)), time.Duration(last * float64(time.Second)), true
 }
 
+// lostFar reports whether a call on lease l that lost its race to a copy after running el was far
+// enough behind its projection to be left running as evidence (see attempt): halfway to its slow
+// mark, (1 + SlowFactor)/2 × its projected finish (2× by default). Calls that lose closer to
+// their projection are the ordinary losers of hedges under load, whose few extra milliseconds say
+// nothing about their node: left running, they only took node time from the next requests (at 2×
+// overload on the fault suite, accepted requests within the SLO fell by half a point).
+func (d *Dispatcher) lostFar(l *plan.Lease, el time.Duration) bool {
+	return l.Finish > 0 && el.Seconds() >= (1+d.cfg.SlowFactor)/2*l.Finish
+}
+
 // slowAfter is when a call expected to finish in expected seconds becomes slow.
 func (d *Dispatcher) slowAfter(expected float64) (time.Duration, bool) {
 	if !(d.cfg.SlowFactor > 0) {
@@ -504,9 +588,9 @@ func (d *Dispatcher) hedgeDelay(ctx context.Context, expected float64) (time.Dur
 }
 
 // call runs one ScoreBatch on the lease's node, then settles the lease's charge, reports the
-// outcome to the breaker and to outlier detection, and learns from a success. slow is set once
-// the call has been counted slow (by attempt's timer, or here), so it is counted once.
-func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slow *atomic.Bool) (*relevancev1.ScoreBatchResponse, error) {
+// outcome to the breaker and to outlier detection, and learns from a success (mk: see
+// callMarks).
+func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, mk *callMarks) (*relevancev1.ScoreBatchResponse, error) {
 	n := l.Node
 	t0 := time.Now()
 	items := len(b.Req.GetItems())
@@ -542,7 +626,12 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slo
 	if err != nil || judged <= 0 {
 		judged = el
 	}
-	d.outlier(ctx, l, err, judged, slow, now, t0)
+	d.outlier(ctx, l, err, judged, mk, now, t0)
+	if lg := d.cfg.Log; lg != nil && lg.Enabled(ctx, slog.LevelDebug) {
+		lg.LogAttrs(ctx, slog.LevelDebug, "batch call ended", slog.String("request", b.Req.GetRequestId()), slog.Int("batch", b.Index),
+			slog.String("node", n.Addr()), slog.Int("items", items), slog.Float64("ahead_s", l.Start), slog.Float64("predicted_s", l.Predicted),
+			slog.Float64("projected_s", l.Finish), slog.Float64("elapsed_s", el.Seconds()), slog.Bool("slow", mk.slow.Load()), slog.Bool("lost", mk.lost.Load()), slog.Any("err", err))
+	}
 	switch {
 	case err == nil:
 		n.Succeeded()
@@ -555,7 +644,7 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slo
 		n.Remember(b.PrefixKey, resp.GetStats().GetPrefixCached())
 		b.LearnTokens(resp)
 		observe(d.m.BatchDuration, el.Seconds())
-		if !slow.Load() {
+		if !mk.slow.Load() && !mk.lost.Load() {
 			d.record(l, judged)
 		}
 		pred := l.Predicted
@@ -580,10 +669,10 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, slo
 // slow; slow when the node itself refused the batch for its deadline (its own estimate says it
 // cannot do what the plan projected) or the request's deadline passed with the call running
 // beyond its projected finish. Cancellations and other failures are the breaker's.
-func (d *Dispatcher) outlier(ctx context.Context, l *plan.Lease, err error, el time.Duration, slow *atomic.Bool, now, start time.Time) {
+func (d *Dispatcher) outlier(ctx context.Context, l *plan.Lease, err error, el time.Duration, mk *callMarks, now, start time.Time) {
 	switch {
 	case err == nil:
-		if !slow.Load() {
+		if !mk.slow.Load() {
 			d.cluster.ReportOK(l.Node, now, ratio(el, l.Finish))
 		}
 	case status.Code(err) == codes.DeadlineExceeded && (ctx.Err() == nil || el.Seconds() > l.Finish+d.cfg.SlowMin.Seconds()):
@@ -595,17 +684,33 @@ func (d *Dispatcher) outlier(ctx context.Context, l *plan.Lease, err error, el t
 		// loaded cluster would be ejected in turn.
 		dl, ok := ctx.Deadline()
 		tight := ctx.Err() == nil && ok && 2*l.Finish > dl.Sub(start).Seconds()
-		if !tight && slow.CompareAndSwap(false, true) {
+		if !tight && mk.slow.CompareAndSwap(false, true) {
 			d.cluster.ReportSlow(l.Node, now, max(ratio(el, l.Finish), d.cfg.SlowFactor))
 		}
 		// A miss is a lower bound on the batch's latency: it keeps the projections' error honest
 		// (only answered batches would bias it low) — unless the node was counted slow: a broken
 		// node's batches are outlier detection's business, and in the window they would inflate
-		// every request's admission margin.
-		if !slow.Load() {
+		// every request's admission margin. The bound is the deadline, not the call's length: a
+		// node refuses a batch as soon as it reaches it and finds that it cannot finish before the
+		// deadline, so the refusal comes early, and recorded at its own time (under 2× overload,
+		// typically 0.94 of a projection the batch would have overrun by 5–10 %) it taught the
+		// window that the plan had been early for the very batches it was late for.
+		if !mk.slow.Load() && !mk.lost.Load() {
+			if dl, ok := ctx.Deadline(); ok {
+				el = max(el, dl.Sub(start))
+			}
 			d.record(l, el)
 		}
 	}
+}
+
+// callMarks are what a call's caller learns about it while it runs. slow: it was counted slow
+// (by attempt's timer, a probe's, or outlier), so it is counted once and its latency is not
+// learned as the projections' error. lost: a copy answered the batch first and the call was left
+// to run only as evidence about its node: its outcome still teaches the node's speed and
+// slowness, but its latency is no request's and stays out of the projections' error.
+type callMarks struct {
+	slow, lost atomic.Bool
 }
 
 // queuedAhead is r as sent on one lease: a shallow copy (the items are shared, never written)

@@ -169,3 +169,23 @@ func TestBatchCarriesTheWorkProjectedAheadOfIt(t *testing.T) {
 		t.Errorf("the batch's own request changed: %v, was %v", orig, before)
 	}
 }
+
+// TestRefusedBatchFeedsTheDeadlineToAccuracy: a node refuses a batch the moment it reaches it
+// and finds it cannot finish before the deadline, so the refusal comes early; the projections'
+// error window must get the deadline as the batch's latency (a lower bound), not the refusal's
+// time, which would tell admission that the plan was early for a batch it was late for.
+func TestRefusedBatchFeedsTheDeadlineToAccuracy(t *testing.T) {
+	d := &Dispatcher{cfg: Config{TrustSamples: 10, SlowMin: 50 * time.Millisecond}, acc: &plan.Accuracy{}}
+	start := time.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(500*time.Millisecond))
+	defer cancel()
+	refused := status.Error(codes.DeadlineExceeded, "batch cannot finish before its deadline: estimated 0.074s of compute, 0.074s left")
+	l := &plan.Lease{Finish: 0.45, Samples: 10}
+	for range 16 {
+		d.outlier(ctx, l, refused, 427*time.Millisecond, &callMarks{}, start.Add(427*time.Millisecond), start)
+	}
+	q, n := d.acc.Quantile(0.5)
+	if n != 16 || q < 0.5/0.45-1e-3 {
+		t.Errorf("median recorded ratio %v over %d refusals, want ≥ %.3f (the deadline over the projection) over 16", q, n, 0.5/0.45)
+	}
+}
