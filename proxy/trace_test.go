@@ -1,9 +1,7 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"slices"
 	"sync"
@@ -15,22 +13,39 @@ import (
 	"github.com/relevance-scoring/relevance/internal/fakenode"
 )
 
-// syncBuffer is a bytes.Buffer safe for the proxy's concurrent log writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// recordsAt is a slog.Handler that keeps the records of level and above, with their attributes.
+type recordsAt struct {
+	level slog.Level
+	mu    sync.Mutex
+	got   []map[string]slog.Value
+	msgs  []string
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+func (h *recordsAt) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
+
+func (h *recordsAt) Handle(_ context.Context, r slog.Record) error {
+	attrs := map[string]slog.Value{}
+	r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value; return true })
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.got, h.msgs = append(h.got, attrs), append(h.msgs, r.Message)
+	return nil
 }
 
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+func (h *recordsAt) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordsAt) WithGroup(string) slog.Handler      { return h }
+
+// with returns the attributes of every record with message msg.
+func (h *recordsAt) with(msg string) []map[string]slog.Value {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []map[string]slog.Value
+	for i, m := range h.msgs {
+		if m == msg {
+			out = append(out, h.got[i])
+		}
+	}
+	return out
 }
 
 // TestDebugLogTracesEveryBatchCall: at debug level the proxy writes one record per batch call,
@@ -40,10 +55,10 @@ func TestDebugLogTracesEveryBatchCall(t *testing.T) {
 	nodes := startNodes(t, 2, fakenode.Options{Coeffs: costmodel.Coeffs{A: 1e-6, C: 1e-4}})
 	for _, level := range []slog.Level{slog.LevelDebug, slog.LevelInfo} {
 		t.Run(level.String(), func(t *testing.T) {
-			var buf syncBuffer
+			h := &recordsAt{level: level}
 			cfg := testConfig(nodes.Addrs())
 			cfg.Hedge.Enabled = false
-			p, err := New(cfg, prometheus.NewRegistry(), slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: level})))
+			p, err := New(cfg, prometheus.NewRegistry(), slog.New(h))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,24 +73,7 @@ func TestDebugLogTracesEveryBatchCall(t *testing.T) {
 			req.RequestId = "traced"
 			score(t, p, req)
 
-			type record struct {
-				Msg           string
-				Request, Node string
-				Batch, Items  int
-				Projected     float64 `json:"projected_s"`
-				Elapsed       float64 `json:"elapsed_s"`
-				Err           any
-			}
-			var got []record
-			for line := range bytes.Lines([]byte(buf.String())) {
-				var r record
-				if err := json.Unmarshal(line, &r); err != nil {
-					t.Fatalf("log line %q: %v", line, err)
-				}
-				if r.Msg == "batch call ended" {
-					got = append(got, r)
-				}
-			}
+			got := h.with("batch call ended")
 			if level > slog.LevelDebug {
 				if len(got) != 0 {
 					t.Fatalf("%d batch records at %v level, want none", len(got), level)
@@ -85,15 +83,16 @@ func TestDebugLogTracesEveryBatchCall(t *testing.T) {
 			if len(got) < 2 {
 				t.Fatalf("%d batch records for a request of 20 items in batches of at most 8, want one per batch", len(got))
 			}
-			items, seen := 0, map[int]bool{}
+			items, seen := int64(0), map[int64]bool{}
 			for _, r := range got {
-				if r.Request != "traced" || !slices.Contains(nodes.Addrs(), r.Node) || !(r.Projected > 0) || !(r.Elapsed > 0) || r.Err != nil {
-					t.Errorf("record %+v: want request \"traced\", one of the nodes %v, a projection, an elapsed time and no error", r, nodes.Addrs())
+				if r["request"].String() != "traced" || !slices.Contains(nodes.Addrs(), r["node"].String()) ||
+					!(r["projected_s"].Float64() > 0) || !(r["elapsed_s"].Float64() > 0) || r["err"].Any() != nil {
+					t.Errorf("record %v: want request \"traced\", one of the nodes %v, a projection, an elapsed time and no error", r, nodes.Addrs())
 				}
-				if !seen[r.Batch] {
-					items += r.Items
+				if b := r["batch"].Int64(); !seen[b] {
+					items += r["items"].Int64()
+					seen[b] = true
 				}
-				seen[r.Batch] = true
 			}
 			if items != 20 {
 				t.Errorf("the records' batches hold %d items, want the request's 20", items)
