@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"github.com/relevance-scoring/relevance/proxy/admit"
+	"github.com/relevance-scoring/relevance/proxy/dispatch"
 	"github.com/relevance-scoring/relevance/proxy/scorecache"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,7 @@ type metrics struct {
 	hedgeWins       prometheus.Counter
 	rescues         prometheus.Counter
 	rescuesDeferred prometheus.Counter
+	losersKept      *prometheus.CounterVec
 	copiesRefused   *prometheus.CounterVec
 	requestRatio    prometheus.Histogram
 	rejected        *prometheus.CounterVec
@@ -70,6 +72,10 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 			Name: "relevance_proxy_rescues_deferred_total",
 			Help: "Overdue batches whose rescue waited because their node was still within the schedule of all the work charged to it (a node merges queued batches into one pass).",
 		}),
+		losersKept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relevance_proxy_lost_calls_kept_total",
+			Help: "Calls that lost their race to a hedge or rescue while far behind their projection and were left running, detached from their request, as evidence about their node, by how they ended (answered: a late outcome learned from; slow: counted slow at their slow mark and cancelled; failed: another error, such as the deadline).",
+		}, []string{"outcome"}),
 		copiesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "relevance_proxy_copies_refused_total",
 			Help: "Straggling batches whose hedge or rescue was due but sent nowhere, by kind (hedge, rescue, slow: the rescue when the call is counted slow, stall: the rescue from a node found stalled) and reason (no_node: none eligible; deadline: the best node could not finish before the deadline; not_sooner: no node would finish it before the straggler's own schedule or work ahead; budget: the retry budget was spent).",
@@ -118,7 +124,7 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 		v.WithLabelValues("item").Set(item)
 		v.WithLabelValues("prefix").Set(prefix)
 	}}
-	cs := []prometheus.Collector{tokenRatios, m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.rescuesDeferred, m.copiesRefused, m.requestRatio, m.rejected, margin, quantile, p.cluster.Collector()}
+	cs := []prometheus.Collector{tokenRatios, m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.rescuesDeferred, m.losersKept, m.copiesRefused, m.requestRatio, m.rejected, margin, quantile, p.cluster.Collector()}
 	if c := p.cache; c != nil {
 		counter := func(name, help string, v func(scorecache.Stats) uint64) prometheus.Collector {
 			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(c.Stats())) })
@@ -141,6 +147,9 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 	}
 	for _, r := range admit.Reasons {
 		m.rejected.WithLabelValues(r)
+	}
+	for _, o := range dispatch.LoserOutcomes {
+		m.losersKept.WithLabelValues(o)
 	}
 	return m, nil
 }

@@ -130,13 +130,16 @@ func TestNodeLosingEveryRaceToItsRescuesIsEjected(t *testing.T) {
 	cfg.Outlier.SlowFactor = 6 // the rescue answers (~45 ms) past 3.5× and before the slow mark (60 ms)
 	cfg.Outlier.SlowMin = 60 * time.Millisecond
 	cfg.Retry.BudgetBurst = 50 // every rescue is affordable: the test is about evidence, not budget
-	p, _ := startProxy(t, cfg)
+	p, reg := startProxy(t, cfg)
 	for i := range 3 { // every node learned and OK
 		if _, err := p.Score(context.Background(), makeRequest(8, uint64(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	slow.SetLatency(func(fakenode.Batch) time.Duration { return 300 * time.Millisecond })
+	defer waitUntil(t, "relevance_proxy_lost_calls_kept_total to count the losing calls", func() bool {
+		return counterValue(t, reg, "relevance_proxy_lost_calls_kept_total") >= 1
+	})
 	for i := range 20 {
 		start := time.Now()
 		if _, err := p.Score(context.Background(), makeRequest(8, uint64(100+i))); err != nil {

@@ -123,6 +123,7 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 		HedgeWins:       p.m.hedgeWins,
 		Rescues:         p.m.rescues,
 		RescuesDeferred: p.m.rescuesDeferred,
+		LosersKept:      p.m.losersKept,
 		CopiesRefused:   p.m.copiesRefused,
 		BatchDuration:   p.m.batchDuration,
 		EstimateRatio:   p.m.estimateRatio,

@@ -112,9 +112,17 @@ type Metrics struct {
 	Rescues, RescuesDeferred   prometheus.Counter
 	// CopiesRefused counts hedges and rescues that were due but placed nowhere, by kind and
 	// reason (labels "kind", "reason"); nil: not counted.
-	CopiesRefused                *prometheus.CounterVec
+	CopiesRefused *prometheus.CounterVec
+	// LosersKept counts calls left running as evidence after losing their race (see attempt), by
+	// outcome (LoserOutcomes); nil: not counted.
+	LosersKept                   *prometheus.CounterVec
 	BatchDuration, EstimateRatio prometheus.Observer
 }
+
+// LoserOutcomes are how a call left running after losing its race ends: answered (a late
+// outcome, learned from), slow (counted slow at its slow mark, then cancelled), failed (another
+// error, such as the deadline).
+var LoserOutcomes = []string{"answered", "slow", "failed"}
 
 // Result is one batch's outcome.
 type Result struct {
@@ -463,12 +471,20 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 			defer cancel1()
 			t := time.NewTimer(max(left, 0))
 			defer t.Stop()
+			outcome := "answered"
 			select {
-			case <-ch:
+			case r := <-ch:
+				if r.err != nil {
+					outcome = "failed"
+				}
 			case <-t.C:
+				outcome = "slow"
 				markSlow()
 				cancel1()
 				<-ch
+			}
+			if d.m.LosersKept != nil {
+				d.m.LosersKept.WithLabelValues(outcome).Inc()
 			}
 		}()
 	case win.err == nil:
