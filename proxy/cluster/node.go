@@ -195,8 +195,8 @@ func clock(t time.Time) float64 { return t.Sub(clockEpoch).Seconds() }
 // after its current projected finish (or after now, when idle). On a late node — batches still
 // out past its projected finish — that is after the lateness Load counts it busy for (a batch
 // overrun by d needs about d more): charged from now instead, a node late by d looked loaded by
-// the new batch alone, less than just before it was picked, so least-loaded kept feeding a node
-// that had just slowed down (the onset of the slow-node fault) with every batch it picked.
+// the new batch alone, less than just before it was picked. (On the fault suite's slow node this
+// alone moved nothing measurable: it keeps the two views of a late node consistent.)
 func (n *Node) Charge(now time.Time, predicted float64) {
 	n.chargeMu.Lock()
 	c, f := clock(now), n.finish.Load()
