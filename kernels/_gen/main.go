@@ -665,29 +665,24 @@ func (g *gen) w16Avx2Wide(mr int) {
 	g.wideHeader(name, mr)
 	g.p("\tMOVQ CX, BX")
 	g.p("\tSHRQ $1, CX")
+	// oneK multiplies the rows' A at byte offset off by the panel's k widened by widen (the even
+	// k of each pair: shifted up; the odd k: masked).
+	oneK := func(off int, widen string) {
+		for i := 0; i < mr; i++ {
+			g.p("\tVBROADCASTSS %s, Y%d", rowAddr(i, off), 12+i)
+		}
+		for q := 0; q < 4; q++ {
+			g.p("\tVMOVDQU %d(DX), Y15", 32*q)
+			g.p("\t%s", widen)
+			for i := 0; i < mr; i++ {
+				g.p("\tVFMADD231PS Y15, Y%d, Y%d", 12+i, 4*i+q)
+			}
+		}
+	}
 	step := func(oddOnly bool) {
-		for i := 0; i < mr; i++ {
-			g.p("\tVBROADCASTSS %s, Y%d", rowAddr(i, 0), 12+i)
-		}
-		for q := 0; q < 4; q++ {
-			g.p("\tVMOVDQU %d(DX), Y15", 32*q)
-			g.p("\tVPSLLD $16, Y15, Y15")
-			for i := 0; i < mr; i++ {
-				g.p("\tVFMADD231PS Y15, Y%d, Y%d", 12+i, 4*i+q)
-			}
-		}
-		if oddOnly {
-			return
-		}
-		for i := 0; i < mr; i++ {
-			g.p("\tVBROADCASTSS %s, Y%d", rowAddr(i, 4), 12+i)
-		}
-		for q := 0; q < 4; q++ {
-			g.p("\tVMOVDQU %d(DX), Y15", 32*q)
-			g.p("\tVPAND w16MaskAvx2<>(SB), Y15, Y15")
-			for i := 0; i < mr; i++ {
-				g.p("\tVFMADD231PS Y15, Y%d, Y%d", 12+i, 4*i+q)
-			}
+		oneK(0, "VPSLLD $16, Y15, Y15")
+		if !oddOnly {
+			oneK(4, "VPAND w16MaskAvx2<>(SB), Y15, Y15")
 		}
 	}
 	g.w16LoopAvx2(name, mr, step, g.prefetchAvx2Wide)
