@@ -131,7 +131,7 @@ func packedPanels(w *Weight) (unsafe.Pointer, uintptr) {
 // blockRows is how many 128-byte rows of a panel the kernels read for kc values of k: one per
 // k for f32 weights, one per k-pair for bf16 (an odd last k is read but not counted).
 func (op *gemmOp) blockRows(kc int) uintptr {
-	if op.mode == modeW16 {
+	if op.mode == modeW16 || op.mode == modeDot {
 		return uintptr(kc / 2)
 	}
 	return uintptr(kc)
