@@ -273,10 +273,12 @@ func (op *gemmOp) block(r0, r1, c0, c1, mt int) {
 			aOff, bOff = uintptr(k0/2)*4, uintptr(k0/2)*panelWidth*4
 			kArg = (kc + 1) / 2
 		}
-		// The AVX2 kernels prefetch, while the first row tile reads a panel's block of B, the
-		// block it reads next (the next panel, then the first panel of the next k block): one
-		// half-panel call brings in one half of it. Later row tiles find B in L2 and prefetch
-		// their own lines, which costs a load slot and nothing else.
+		// The AVX2 and the bf16-weight AVX-512 kernels prefetch, while the first row tile reads
+		// a panel's block of B, the block it reads next (the next panel, then the first panel of
+		// the next k block): an AVX-512 call or a whole-panel AVX2 call brings in all of it, a
+		// half-panel AVX2 call one half. Later row tiles find B in L2 and prefetch their own
+		// lines, which costs a load slot and nothing else. (The f32 AVX-512 kernels have their
+		// own scheme, blockF32.)
 		p0, p1 := c0/panelWidth, (c1+panelWidth-1)/panelWidth
 		nextOff := op.blockRows(k0+kc) * panelWidth * 4 // k0+kc is even unless it is K (then unused)
 		// next is where call (i, p) prefetches from and how far apart its two halves start; the
@@ -410,7 +412,7 @@ func (op *gemmOp) tile(i, rows, p, c0, c1 int, aOff, bOff uintptr, kArg, acc int
 	lo, hi := max(c0-cs, 0), min(c1-cs, panelWidth)
 	if op.isa >= isaAVX512 {
 		mask := uint32((uint64(1)<<hi - 1) &^ (uint64(1)<<lo - 1))
-		op.k512[rows](a, op.lda, b, kArg, unsafe.Add(crow, cs*4), op.ldc, mask, acc)
+		op.k512[rows](a, op.lda, b, kArg, unsafe.Add(crow, cs*4), op.ldc, mask, acc, pf)
 		return
 	}
 	if rows <= avx2WideRows && lo == 0 && hi == panelWidth {
@@ -476,13 +478,14 @@ func gemmRowsImpl(dst []float32, ldDst int, x []float32, ldX int, m int, w *Weig
 }
 
 // prefetchThen points the last block's final prefetch at the first block of then (the weight
-// the caller multiplies next), at the panel of column n0, when then is packed as the AVX2
-// kernels of this product read it.
+// the caller multiplies next), at the panel of column n0, when then is packed as the kernels of
+// this product read it (the f32 AVX-512 kernels prefetch on their own scheme and take none).
 func (op *gemmOp) prefetchThen(then *Weight, n0 int) {
-	if then == nil || op.isa >= isaAVX512 {
+	if then == nil || (op.isa >= isaAVX512 && op.kf32 != nil) {
 		return
 	}
-	if !(op.mode == modeW16 && then.p16 != nil) && !(op.mode == modeF32 && then.p32 != nil) {
+	bf16 := (op.mode == modeW16 || op.mode == modeDot) && then.p16 != nil
+	if !bf16 && !(op.mode == modeF32 && then.p32 != nil) {
 		return
 	}
 	p := n0 / panelWidth

@@ -6545,13 +6545,14 @@ gemmF32Avx512_12_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx512_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmW16Avx512_1(SB), NOSPLIT, $0-64
+// func gemmW16Avx512_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx512_1(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
+	MOVQ pf+64(FP), R13
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z31
 	MOVQ CX, BX
@@ -6563,6 +6564,8 @@ gemmW16Avx512_1_loop2:
 	JLT gemmW16Avx512_1_tail
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -6577,6 +6580,8 @@ gemmW16Avx512_1_loop2:
 	VFMADD231PS Z27, Z29, Z1
 	PREFETCHT0 1152(DX)
 	PREFETCHT0 1216(DX)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z26
 	VMOVDQU32 192(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -6591,6 +6596,7 @@ gemmW16Avx512_1_loop2:
 	VFMADD231PS Z27, Z29, Z1
 	ADDQ $16, SI
 	ADDQ $256, DX
+	ADDQ $256, R13
 	SUBQ $2, CX
 	JMP gemmW16Avx512_1_loop2
 gemmW16Avx512_1_tail:
@@ -6598,6 +6604,8 @@ gemmW16Avx512_1_tail:
 	JEQ gemmW16Avx512_1_odd
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -6612,6 +6620,7 @@ gemmW16Avx512_1_tail:
 	VFMADD231PS Z27, Z29, Z1
 	ADDQ $8, SI
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmW16Avx512_1_tail
 gemmW16Avx512_1_odd:
@@ -6648,13 +6657,14 @@ gemmW16Avx512_1_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx512_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmW16Avx512_2(SB), NOSPLIT, $0-64
+// func gemmW16Avx512_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx512_2(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
+	MOVQ pf+64(FP), R13
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z31
 	MOVQ CX, BX
@@ -6668,6 +6678,8 @@ gemmW16Avx512_2_loop2:
 	JLT gemmW16Avx512_2_tail
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -6688,6 +6700,8 @@ gemmW16Avx512_2_loop2:
 	VFMADD231PS Z27, Z29, Z3
 	PREFETCHT0 1152(DX)
 	PREFETCHT0 1216(DX)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z26
 	VMOVDQU32 192(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -6708,6 +6722,7 @@ gemmW16Avx512_2_loop2:
 	VFMADD231PS Z27, Z29, Z3
 	ADDQ $16, SI
 	ADDQ $256, DX
+	ADDQ $256, R13
 	SUBQ $2, CX
 	JMP gemmW16Avx512_2_loop2
 gemmW16Avx512_2_tail:
@@ -6715,6 +6730,8 @@ gemmW16Avx512_2_tail:
 	JEQ gemmW16Avx512_2_odd
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -6735,6 +6752,7 @@ gemmW16Avx512_2_tail:
 	VFMADD231PS Z27, Z29, Z3
 	ADDQ $8, SI
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmW16Avx512_2_tail
 gemmW16Avx512_2_odd:
@@ -6784,13 +6802,14 @@ gemmW16Avx512_2_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx512_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmW16Avx512_3(SB), NOSPLIT, $0-64
+// func gemmW16Avx512_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx512_3(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
+	MOVQ pf+64(FP), R13
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z31
 	MOVQ CX, BX
@@ -6806,6 +6825,8 @@ gemmW16Avx512_3_loop2:
 	JLT gemmW16Avx512_3_tail
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -6832,6 +6853,8 @@ gemmW16Avx512_3_loop2:
 	VFMADD231PS Z27, Z29, Z5
 	PREFETCHT0 1152(DX)
 	PREFETCHT0 1216(DX)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z26
 	VMOVDQU32 192(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -6858,6 +6881,7 @@ gemmW16Avx512_3_loop2:
 	VFMADD231PS Z27, Z29, Z5
 	ADDQ $16, SI
 	ADDQ $256, DX
+	ADDQ $256, R13
 	SUBQ $2, CX
 	JMP gemmW16Avx512_3_loop2
 gemmW16Avx512_3_tail:
@@ -6865,6 +6889,8 @@ gemmW16Avx512_3_tail:
 	JEQ gemmW16Avx512_3_odd
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -6891,6 +6917,7 @@ gemmW16Avx512_3_tail:
 	VFMADD231PS Z27, Z29, Z5
 	ADDQ $8, SI
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmW16Avx512_3_tail
 gemmW16Avx512_3_odd:
@@ -6953,13 +6980,14 @@ gemmW16Avx512_3_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx512_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmW16Avx512_4(SB), NOSPLIT, $0-64
+// func gemmW16Avx512_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx512_4(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
+	MOVQ pf+64(FP), R13
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z31
 	MOVQ CX, BX
@@ -6977,6 +7005,8 @@ gemmW16Avx512_4_loop2:
 	JLT gemmW16Avx512_4_tail
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -7009,6 +7039,8 @@ gemmW16Avx512_4_loop2:
 	VFMADD231PS Z27, Z29, Z7
 	PREFETCHT0 1152(DX)
 	PREFETCHT0 1216(DX)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z26
 	VMOVDQU32 192(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -7041,6 +7073,7 @@ gemmW16Avx512_4_loop2:
 	VFMADD231PS Z27, Z29, Z7
 	ADDQ $16, SI
 	ADDQ $256, DX
+	ADDQ $256, R13
 	SUBQ $2, CX
 	JMP gemmW16Avx512_4_loop2
 gemmW16Avx512_4_tail:
@@ -7048,6 +7081,8 @@ gemmW16Avx512_4_tail:
 	JEQ gemmW16Avx512_4_odd
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -7080,6 +7115,7 @@ gemmW16Avx512_4_tail:
 	VFMADD231PS Z27, Z29, Z7
 	ADDQ $8, SI
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmW16Avx512_4_tail
 gemmW16Avx512_4_odd:
@@ -7155,14 +7191,15 @@ gemmW16Avx512_4_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx512_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmW16Avx512_5(SB), NOSPLIT, $0-64
+// func gemmW16Avx512_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx512_5(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
+	MOVQ pf+64(FP), R13
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z31
 	MOVQ CX, BX
@@ -7182,6 +7219,8 @@ gemmW16Avx512_5_loop2:
 	JLT gemmW16Avx512_5_tail
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -7220,6 +7259,8 @@ gemmW16Avx512_5_loop2:
 	VFMADD231PS Z27, Z29, Z9
 	PREFETCHT0 1152(DX)
 	PREFETCHT0 1216(DX)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z26
 	VMOVDQU32 192(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -7259,6 +7300,7 @@ gemmW16Avx512_5_loop2:
 	ADDQ $16, SI
 	ADDQ $16, R10
 	ADDQ $256, DX
+	ADDQ $256, R13
 	SUBQ $2, CX
 	JMP gemmW16Avx512_5_loop2
 gemmW16Avx512_5_tail:
@@ -7266,6 +7308,8 @@ gemmW16Avx512_5_tail:
 	JEQ gemmW16Avx512_5_odd
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -7305,6 +7349,7 @@ gemmW16Avx512_5_tail:
 	ADDQ $8, SI
 	ADDQ $8, R10
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmW16Avx512_5_tail
 gemmW16Avx512_5_odd:
@@ -7393,14 +7438,15 @@ gemmW16Avx512_5_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx512_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmW16Avx512_6(SB), NOSPLIT, $0-64
+// func gemmW16Avx512_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx512_6(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
+	MOVQ pf+64(FP), R13
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z31
 	MOVQ CX, BX
@@ -7422,6 +7468,8 @@ gemmW16Avx512_6_loop2:
 	JLT gemmW16Avx512_6_tail
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -7466,6 +7514,8 @@ gemmW16Avx512_6_loop2:
 	VFMADD231PS Z27, Z29, Z11
 	PREFETCHT0 1152(DX)
 	PREFETCHT0 1216(DX)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z26
 	VMOVDQU32 192(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -7511,6 +7561,7 @@ gemmW16Avx512_6_loop2:
 	ADDQ $16, SI
 	ADDQ $16, R10
 	ADDQ $256, DX
+	ADDQ $256, R13
 	SUBQ $2, CX
 	JMP gemmW16Avx512_6_loop2
 gemmW16Avx512_6_tail:
@@ -7518,6 +7569,8 @@ gemmW16Avx512_6_tail:
 	JEQ gemmW16Avx512_6_odd
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -7563,6 +7616,7 @@ gemmW16Avx512_6_tail:
 	ADDQ $8, SI
 	ADDQ $8, R10
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmW16Avx512_6_tail
 gemmW16Avx512_6_odd:
@@ -7664,14 +7718,15 @@ gemmW16Avx512_6_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx512_7(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmW16Avx512_7(SB), NOSPLIT, $0-64
+// func gemmW16Avx512_7(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx512_7(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
+	MOVQ pf+64(FP), R13
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z31
 	MOVQ CX, BX
@@ -7695,6 +7750,8 @@ gemmW16Avx512_7_loop2:
 	JLT gemmW16Avx512_7_tail
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -7745,6 +7802,8 @@ gemmW16Avx512_7_loop2:
 	VFMADD231PS Z27, Z29, Z13
 	PREFETCHT0 1152(DX)
 	PREFETCHT0 1216(DX)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z26
 	VMOVDQU32 192(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -7796,6 +7855,7 @@ gemmW16Avx512_7_loop2:
 	ADDQ $16, SI
 	ADDQ $16, R10
 	ADDQ $256, DX
+	ADDQ $256, R13
 	SUBQ $2, CX
 	JMP gemmW16Avx512_7_loop2
 gemmW16Avx512_7_tail:
@@ -7803,6 +7863,8 @@ gemmW16Avx512_7_tail:
 	JEQ gemmW16Avx512_7_odd
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -7854,6 +7916,7 @@ gemmW16Avx512_7_tail:
 	ADDQ $8, SI
 	ADDQ $8, R10
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmW16Avx512_7_tail
 gemmW16Avx512_7_odd:
@@ -7968,14 +8031,15 @@ gemmW16Avx512_7_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx512_8(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmW16Avx512_8(SB), NOSPLIT, $0-64
+// func gemmW16Avx512_8(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx512_8(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
+	MOVQ pf+64(FP), R13
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z31
 	MOVQ CX, BX
@@ -8001,6 +8065,8 @@ gemmW16Avx512_8_loop2:
 	JLT gemmW16Avx512_8_tail
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -8057,6 +8123,8 @@ gemmW16Avx512_8_loop2:
 	VFMADD231PS Z27, Z29, Z15
 	PREFETCHT0 1152(DX)
 	PREFETCHT0 1216(DX)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z26
 	VMOVDQU32 192(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -8114,6 +8182,7 @@ gemmW16Avx512_8_loop2:
 	ADDQ $16, SI
 	ADDQ $16, R10
 	ADDQ $256, DX
+	ADDQ $256, R13
 	SUBQ $2, CX
 	JMP gemmW16Avx512_8_loop2
 gemmW16Avx512_8_tail:
@@ -8121,6 +8190,8 @@ gemmW16Avx512_8_tail:
 	JEQ gemmW16Avx512_8_odd
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -8178,6 +8249,7 @@ gemmW16Avx512_8_tail:
 	ADDQ $8, SI
 	ADDQ $8, R10
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmW16Avx512_8_tail
 gemmW16Avx512_8_odd:
@@ -8305,8 +8377,8 @@ gemmW16Avx512_8_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx512_9(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmW16Avx512_9(SB), NOSPLIT, $0-64
+// func gemmW16Avx512_9(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx512_9(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
@@ -8314,6 +8386,7 @@ TEXT ·gemmW16Avx512_9(SB), NOSPLIT, $0-64
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
 	LEAQ (R10)(R8*4), R11
+	MOVQ pf+64(FP), R13
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z31
 	MOVQ CX, BX
@@ -8341,6 +8414,8 @@ gemmW16Avx512_9_loop2:
 	JLT gemmW16Avx512_9_tail
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -8403,6 +8478,8 @@ gemmW16Avx512_9_loop2:
 	VFMADD231PS Z27, Z29, Z17
 	PREFETCHT0 1152(DX)
 	PREFETCHT0 1216(DX)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z26
 	VMOVDQU32 192(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -8467,6 +8544,7 @@ gemmW16Avx512_9_loop2:
 	ADDQ $16, R10
 	ADDQ $16, R11
 	ADDQ $256, DX
+	ADDQ $256, R13
 	SUBQ $2, CX
 	JMP gemmW16Avx512_9_loop2
 gemmW16Avx512_9_tail:
@@ -8474,6 +8552,8 @@ gemmW16Avx512_9_tail:
 	JEQ gemmW16Avx512_9_odd
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -8538,6 +8618,7 @@ gemmW16Avx512_9_tail:
 	ADDQ $8, R10
 	ADDQ $8, R11
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmW16Avx512_9_tail
 gemmW16Avx512_9_odd:
@@ -8678,8 +8759,8 @@ gemmW16Avx512_9_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx512_10(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmW16Avx512_10(SB), NOSPLIT, $0-64
+// func gemmW16Avx512_10(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx512_10(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
@@ -8687,6 +8768,7 @@ TEXT ·gemmW16Avx512_10(SB), NOSPLIT, $0-64
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
 	LEAQ (R10)(R8*4), R11
+	MOVQ pf+64(FP), R13
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z31
 	MOVQ CX, BX
@@ -8716,6 +8798,8 @@ gemmW16Avx512_10_loop2:
 	JLT gemmW16Avx512_10_tail
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -8784,6 +8868,8 @@ gemmW16Avx512_10_loop2:
 	VFMADD231PS Z27, Z29, Z19
 	PREFETCHT0 1152(DX)
 	PREFETCHT0 1216(DX)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z26
 	VMOVDQU32 192(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -8854,6 +8940,7 @@ gemmW16Avx512_10_loop2:
 	ADDQ $16, R10
 	ADDQ $16, R11
 	ADDQ $256, DX
+	ADDQ $256, R13
 	SUBQ $2, CX
 	JMP gemmW16Avx512_10_loop2
 gemmW16Avx512_10_tail:
@@ -8861,6 +8948,8 @@ gemmW16Avx512_10_tail:
 	JEQ gemmW16Avx512_10_odd
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -8931,6 +9020,7 @@ gemmW16Avx512_10_tail:
 	ADDQ $8, R10
 	ADDQ $8, R11
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmW16Avx512_10_tail
 gemmW16Avx512_10_odd:
@@ -9084,8 +9174,8 @@ gemmW16Avx512_10_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx512_11(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmW16Avx512_11(SB), NOSPLIT, $0-64
+// func gemmW16Avx512_11(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx512_11(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
@@ -9093,6 +9183,7 @@ TEXT ·gemmW16Avx512_11(SB), NOSPLIT, $0-64
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
 	LEAQ (R10)(R8*4), R11
+	MOVQ pf+64(FP), R13
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z31
 	MOVQ CX, BX
@@ -9124,6 +9215,8 @@ gemmW16Avx512_11_loop2:
 	JLT gemmW16Avx512_11_tail
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -9198,6 +9291,8 @@ gemmW16Avx512_11_loop2:
 	VFMADD231PS Z27, Z29, Z21
 	PREFETCHT0 1152(DX)
 	PREFETCHT0 1216(DX)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z26
 	VMOVDQU32 192(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -9274,6 +9369,7 @@ gemmW16Avx512_11_loop2:
 	ADDQ $16, R10
 	ADDQ $16, R11
 	ADDQ $256, DX
+	ADDQ $256, R13
 	SUBQ $2, CX
 	JMP gemmW16Avx512_11_loop2
 gemmW16Avx512_11_tail:
@@ -9281,6 +9377,8 @@ gemmW16Avx512_11_tail:
 	JEQ gemmW16Avx512_11_odd
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -9357,6 +9455,7 @@ gemmW16Avx512_11_tail:
 	ADDQ $8, R10
 	ADDQ $8, R11
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmW16Avx512_11_tail
 gemmW16Avx512_11_odd:
@@ -9523,8 +9622,8 @@ gemmW16Avx512_11_store:
 	VZEROUPPER
 	RET
 
-// func gemmW16Avx512_12(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmW16Avx512_12(SB), NOSPLIT, $0-64
+// func gemmW16Avx512_12(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmW16Avx512_12(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
@@ -9532,6 +9631,7 @@ TEXT ·gemmW16Avx512_12(SB), NOSPLIT, $0-64
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
 	LEAQ (R10)(R8*4), R11
+	MOVQ pf+64(FP), R13
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z31
 	MOVQ CX, BX
@@ -9565,6 +9665,8 @@ gemmW16Avx512_12_loop2:
 	JLT gemmW16Avx512_12_tail
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -9645,6 +9747,8 @@ gemmW16Avx512_12_loop2:
 	VFMADD231PS Z27, Z29, Z23
 	PREFETCHT0 1152(DX)
 	PREFETCHT0 1216(DX)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z26
 	VMOVDQU32 192(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -9727,6 +9831,7 @@ gemmW16Avx512_12_loop2:
 	ADDQ $16, R10
 	ADDQ $16, R11
 	ADDQ $256, DX
+	ADDQ $256, R13
 	SUBQ $2, CX
 	JMP gemmW16Avx512_12_loop2
 gemmW16Avx512_12_tail:
@@ -9734,6 +9839,8 @@ gemmW16Avx512_12_tail:
 	JEQ gemmW16Avx512_12_odd
 	PREFETCHT0 1024(DX)
 	PREFETCHT0 1088(DX)
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z26
 	VMOVDQU32 64(DX), Z27
 	VPSLLD $16, Z26, Z24
@@ -9816,6 +9923,7 @@ gemmW16Avx512_12_tail:
 	ADDQ $8, R10
 	ADDQ $8, R11
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmW16Avx512_12_tail
 gemmW16Avx512_12_odd:
@@ -9995,33 +10103,42 @@ gemmW16Avx512_12_store:
 	VZEROUPPER
 	RET
 
-// func gemmDotAvx512_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmDotAvx512_1(SB), NOSPLIT, $0-64
+// func gemmDotAvx512_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmDotAvx512_1(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
+	MOVQ pf+64(FP), R13
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 gemmDotAvx512_1_loop4:
 	CMPQ CX, $4
 	JLT gemmDotAvx512_1_tail
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
 	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc2 // VDPBF16PS Z26, Z24, Z0
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xca // VDPBF16PS Z26, Z25, Z1
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z24
 	VMOVDQU32 192(DX), Z25
 	VPBROADCASTD 4(SI), Z26
 	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc2 // VDPBF16PS Z26, Z24, Z0
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xca // VDPBF16PS Z26, Z25, Z1
+	PREFETCHT0 256(R13)
+	PREFETCHT0 320(R13)
 	VMOVDQU32 256(DX), Z24
 	VMOVDQU32 320(DX), Z25
 	VPBROADCASTD 8(SI), Z26
 	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc2 // VDPBF16PS Z26, Z24, Z0
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xca // VDPBF16PS Z26, Z25, Z1
+	PREFETCHT0 384(R13)
+	PREFETCHT0 448(R13)
 	VMOVDQU32 384(DX), Z24
 	VMOVDQU32 448(DX), Z25
 	VPBROADCASTD 12(SI), Z26
@@ -10029,11 +10146,14 @@ gemmDotAvx512_1_loop4:
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xca // VDPBF16PS Z26, Z25, Z1
 	ADDQ $16, SI
 	ADDQ $512, DX
+	ADDQ $512, R13
 	SUBQ $4, CX
 	JMP gemmDotAvx512_1_loop4
 gemmDotAvx512_1_tail:
 	TESTQ CX, CX
 	JEQ gemmDotAvx512_1_done
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -10041,6 +10161,7 @@ gemmDotAvx512_1_tail:
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xca // VDPBF16PS Z26, Z25, Z1
 	ADDQ $4, SI
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmDotAvx512_1_tail
 gemmDotAvx512_1_done:
@@ -10067,13 +10188,14 @@ gemmDotAvx512_1_store:
 	VZEROUPPER
 	RET
 
-// func gemmDotAvx512_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmDotAvx512_2(SB), NOSPLIT, $0-64
+// func gemmDotAvx512_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmDotAvx512_2(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
+	MOVQ pf+64(FP), R13
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -10081,6 +10203,8 @@ TEXT ·gemmDotAvx512_2(SB), NOSPLIT, $0-64
 gemmDotAvx512_2_loop4:
 	CMPQ CX, $4
 	JLT gemmDotAvx512_2_tail
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -10089,6 +10213,8 @@ gemmDotAvx512_2_loop4:
 	VPBROADCASTD 0(SI)(R8*1), Z27
 	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xd3 // VDPBF16PS Z27, Z24, Z2
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xdb // VDPBF16PS Z27, Z25, Z3
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z24
 	VMOVDQU32 192(DX), Z25
 	VPBROADCASTD 4(SI), Z26
@@ -10097,6 +10223,8 @@ gemmDotAvx512_2_loop4:
 	VPBROADCASTD 4(SI)(R8*1), Z27
 	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xd3 // VDPBF16PS Z27, Z24, Z2
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xdb // VDPBF16PS Z27, Z25, Z3
+	PREFETCHT0 256(R13)
+	PREFETCHT0 320(R13)
 	VMOVDQU32 256(DX), Z24
 	VMOVDQU32 320(DX), Z25
 	VPBROADCASTD 8(SI), Z26
@@ -10105,6 +10233,8 @@ gemmDotAvx512_2_loop4:
 	VPBROADCASTD 8(SI)(R8*1), Z27
 	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xd3 // VDPBF16PS Z27, Z24, Z2
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xdb // VDPBF16PS Z27, Z25, Z3
+	PREFETCHT0 384(R13)
+	PREFETCHT0 448(R13)
 	VMOVDQU32 384(DX), Z24
 	VMOVDQU32 448(DX), Z25
 	VPBROADCASTD 12(SI), Z26
@@ -10115,11 +10245,14 @@ gemmDotAvx512_2_loop4:
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xdb // VDPBF16PS Z27, Z25, Z3
 	ADDQ $16, SI
 	ADDQ $512, DX
+	ADDQ $512, R13
 	SUBQ $4, CX
 	JMP gemmDotAvx512_2_loop4
 gemmDotAvx512_2_tail:
 	TESTQ CX, CX
 	JEQ gemmDotAvx512_2_done
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -10130,6 +10263,7 @@ gemmDotAvx512_2_tail:
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xdb // VDPBF16PS Z27, Z25, Z3
 	ADDQ $4, SI
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmDotAvx512_2_tail
 gemmDotAvx512_2_done:
@@ -10166,13 +10300,14 @@ gemmDotAvx512_2_store:
 	VZEROUPPER
 	RET
 
-// func gemmDotAvx512_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmDotAvx512_3(SB), NOSPLIT, $0-64
+// func gemmDotAvx512_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmDotAvx512_3(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
+	MOVQ pf+64(FP), R13
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -10182,6 +10317,8 @@ TEXT ·gemmDotAvx512_3(SB), NOSPLIT, $0-64
 gemmDotAvx512_3_loop4:
 	CMPQ CX, $4
 	JLT gemmDotAvx512_3_tail
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -10193,6 +10330,8 @@ gemmDotAvx512_3_loop4:
 	VPBROADCASTD 0(SI)(R8*2), Z28
 	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z24, Z4
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xec // VDPBF16PS Z28, Z25, Z5
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z24
 	VMOVDQU32 192(DX), Z25
 	VPBROADCASTD 4(SI), Z26
@@ -10204,6 +10343,8 @@ gemmDotAvx512_3_loop4:
 	VPBROADCASTD 4(SI)(R8*2), Z28
 	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z24, Z4
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xec // VDPBF16PS Z28, Z25, Z5
+	PREFETCHT0 256(R13)
+	PREFETCHT0 320(R13)
 	VMOVDQU32 256(DX), Z24
 	VMOVDQU32 320(DX), Z25
 	VPBROADCASTD 8(SI), Z26
@@ -10215,6 +10356,8 @@ gemmDotAvx512_3_loop4:
 	VPBROADCASTD 8(SI)(R8*2), Z28
 	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z24, Z4
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xec // VDPBF16PS Z28, Z25, Z5
+	PREFETCHT0 384(R13)
+	PREFETCHT0 448(R13)
 	VMOVDQU32 384(DX), Z24
 	VMOVDQU32 448(DX), Z25
 	VPBROADCASTD 12(SI), Z26
@@ -10228,11 +10371,14 @@ gemmDotAvx512_3_loop4:
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xec // VDPBF16PS Z28, Z25, Z5
 	ADDQ $16, SI
 	ADDQ $512, DX
+	ADDQ $512, R13
 	SUBQ $4, CX
 	JMP gemmDotAvx512_3_loop4
 gemmDotAvx512_3_tail:
 	TESTQ CX, CX
 	JEQ gemmDotAvx512_3_done
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -10246,6 +10392,7 @@ gemmDotAvx512_3_tail:
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xec // VDPBF16PS Z28, Z25, Z5
 	ADDQ $4, SI
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmDotAvx512_3_tail
 gemmDotAvx512_3_done:
@@ -10292,13 +10439,14 @@ gemmDotAvx512_3_store:
 	VZEROUPPER
 	RET
 
-// func gemmDotAvx512_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmDotAvx512_4(SB), NOSPLIT, $0-64
+// func gemmDotAvx512_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmDotAvx512_4(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
+	MOVQ pf+64(FP), R13
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -10310,6 +10458,8 @@ TEXT ·gemmDotAvx512_4(SB), NOSPLIT, $0-64
 gemmDotAvx512_4_loop4:
 	CMPQ CX, $4
 	JLT gemmDotAvx512_4_tail
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -10324,6 +10474,8 @@ gemmDotAvx512_4_loop4:
 	VPBROADCASTD 0(SI)(R9*1), Z29
 	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xf5 // VDPBF16PS Z29, Z24, Z6
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z25, Z7
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z24
 	VMOVDQU32 192(DX), Z25
 	VPBROADCASTD 4(SI), Z26
@@ -10338,6 +10490,8 @@ gemmDotAvx512_4_loop4:
 	VPBROADCASTD 4(SI)(R9*1), Z29
 	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xf5 // VDPBF16PS Z29, Z24, Z6
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z25, Z7
+	PREFETCHT0 256(R13)
+	PREFETCHT0 320(R13)
 	VMOVDQU32 256(DX), Z24
 	VMOVDQU32 320(DX), Z25
 	VPBROADCASTD 8(SI), Z26
@@ -10352,6 +10506,8 @@ gemmDotAvx512_4_loop4:
 	VPBROADCASTD 8(SI)(R9*1), Z29
 	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xf5 // VDPBF16PS Z29, Z24, Z6
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z25, Z7
+	PREFETCHT0 384(R13)
+	PREFETCHT0 448(R13)
 	VMOVDQU32 384(DX), Z24
 	VMOVDQU32 448(DX), Z25
 	VPBROADCASTD 12(SI), Z26
@@ -10368,11 +10524,14 @@ gemmDotAvx512_4_loop4:
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z25, Z7
 	ADDQ $16, SI
 	ADDQ $512, DX
+	ADDQ $512, R13
 	SUBQ $4, CX
 	JMP gemmDotAvx512_4_loop4
 gemmDotAvx512_4_tail:
 	TESTQ CX, CX
 	JEQ gemmDotAvx512_4_done
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -10389,6 +10548,7 @@ gemmDotAvx512_4_tail:
 	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z25, Z7
 	ADDQ $4, SI
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmDotAvx512_4_tail
 gemmDotAvx512_4_done:
@@ -10445,14 +10605,15 @@ gemmDotAvx512_4_store:
 	VZEROUPPER
 	RET
 
-// func gemmDotAvx512_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmDotAvx512_5(SB), NOSPLIT, $0-64
+// func gemmDotAvx512_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmDotAvx512_5(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
+	MOVQ pf+64(FP), R13
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -10466,6 +10627,8 @@ TEXT ·gemmDotAvx512_5(SB), NOSPLIT, $0-64
 gemmDotAvx512_5_loop4:
 	CMPQ CX, $4
 	JLT gemmDotAvx512_5_tail
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -10483,6 +10646,8 @@ gemmDotAvx512_5_loop4:
 	VPBROADCASTD 0(R10), Z26
 	BYTE $0x62; BYTE $0x12; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc2 // VDPBF16PS Z26, Z24, Z8
 	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xca // VDPBF16PS Z26, Z25, Z9
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z24
 	VMOVDQU32 192(DX), Z25
 	VPBROADCASTD 4(SI), Z26
@@ -10500,6 +10665,8 @@ gemmDotAvx512_5_loop4:
 	VPBROADCASTD 4(R10), Z26
 	BYTE $0x62; BYTE $0x12; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc2 // VDPBF16PS Z26, Z24, Z8
 	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xca // VDPBF16PS Z26, Z25, Z9
+	PREFETCHT0 256(R13)
+	PREFETCHT0 320(R13)
 	VMOVDQU32 256(DX), Z24
 	VMOVDQU32 320(DX), Z25
 	VPBROADCASTD 8(SI), Z26
@@ -10517,6 +10684,8 @@ gemmDotAvx512_5_loop4:
 	VPBROADCASTD 8(R10), Z26
 	BYTE $0x62; BYTE $0x12; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc2 // VDPBF16PS Z26, Z24, Z8
 	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xca // VDPBF16PS Z26, Z25, Z9
+	PREFETCHT0 384(R13)
+	PREFETCHT0 448(R13)
 	VMOVDQU32 384(DX), Z24
 	VMOVDQU32 448(DX), Z25
 	VPBROADCASTD 12(SI), Z26
@@ -10537,11 +10706,14 @@ gemmDotAvx512_5_loop4:
 	ADDQ $16, SI
 	ADDQ $16, R10
 	ADDQ $512, DX
+	ADDQ $512, R13
 	SUBQ $4, CX
 	JMP gemmDotAvx512_5_loop4
 gemmDotAvx512_5_tail:
 	TESTQ CX, CX
 	JEQ gemmDotAvx512_5_done
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -10562,6 +10734,7 @@ gemmDotAvx512_5_tail:
 	ADDQ $4, SI
 	ADDQ $4, R10
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmDotAvx512_5_tail
 gemmDotAvx512_5_done:
@@ -10628,14 +10801,15 @@ gemmDotAvx512_5_store:
 	VZEROUPPER
 	RET
 
-// func gemmDotAvx512_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmDotAvx512_6(SB), NOSPLIT, $0-64
+// func gemmDotAvx512_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmDotAvx512_6(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
+	MOVQ pf+64(FP), R13
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -10651,6 +10825,8 @@ TEXT ·gemmDotAvx512_6(SB), NOSPLIT, $0-64
 gemmDotAvx512_6_loop4:
 	CMPQ CX, $4
 	JLT gemmDotAvx512_6_tail
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -10671,6 +10847,8 @@ gemmDotAvx512_6_loop4:
 	VPBROADCASTD 0(R10)(R8*1), Z27
 	BYTE $0x62; BYTE $0x12; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xd3 // VDPBF16PS Z27, Z24, Z10
 	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xdb // VDPBF16PS Z27, Z25, Z11
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z24
 	VMOVDQU32 192(DX), Z25
 	VPBROADCASTD 4(SI), Z26
@@ -10691,6 +10869,8 @@ gemmDotAvx512_6_loop4:
 	VPBROADCASTD 4(R10)(R8*1), Z27
 	BYTE $0x62; BYTE $0x12; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xd3 // VDPBF16PS Z27, Z24, Z10
 	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xdb // VDPBF16PS Z27, Z25, Z11
+	PREFETCHT0 256(R13)
+	PREFETCHT0 320(R13)
 	VMOVDQU32 256(DX), Z24
 	VMOVDQU32 320(DX), Z25
 	VPBROADCASTD 8(SI), Z26
@@ -10711,6 +10891,8 @@ gemmDotAvx512_6_loop4:
 	VPBROADCASTD 8(R10)(R8*1), Z27
 	BYTE $0x62; BYTE $0x12; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xd3 // VDPBF16PS Z27, Z24, Z10
 	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xdb // VDPBF16PS Z27, Z25, Z11
+	PREFETCHT0 384(R13)
+	PREFETCHT0 448(R13)
 	VMOVDQU32 384(DX), Z24
 	VMOVDQU32 448(DX), Z25
 	VPBROADCASTD 12(SI), Z26
@@ -10734,11 +10916,14 @@ gemmDotAvx512_6_loop4:
 	ADDQ $16, SI
 	ADDQ $16, R10
 	ADDQ $512, DX
+	ADDQ $512, R13
 	SUBQ $4, CX
 	JMP gemmDotAvx512_6_loop4
 gemmDotAvx512_6_tail:
 	TESTQ CX, CX
 	JEQ gemmDotAvx512_6_done
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -10762,6 +10947,7 @@ gemmDotAvx512_6_tail:
 	ADDQ $4, SI
 	ADDQ $4, R10
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmDotAvx512_6_tail
 gemmDotAvx512_6_done:
@@ -10838,14 +11024,15 @@ gemmDotAvx512_6_store:
 	VZEROUPPER
 	RET
 
-// func gemmDotAvx512_7(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmDotAvx512_7(SB), NOSPLIT, $0-64
+// func gemmDotAvx512_7(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmDotAvx512_7(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
+	MOVQ pf+64(FP), R13
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -10863,6 +11050,8 @@ TEXT ·gemmDotAvx512_7(SB), NOSPLIT, $0-64
 gemmDotAvx512_7_loop4:
 	CMPQ CX, $4
 	JLT gemmDotAvx512_7_tail
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -10886,6 +11075,8 @@ gemmDotAvx512_7_loop4:
 	VPBROADCASTD 0(R10)(R8*2), Z28
 	BYTE $0x62; BYTE $0x12; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z24, Z12
 	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xec // VDPBF16PS Z28, Z25, Z13
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z24
 	VMOVDQU32 192(DX), Z25
 	VPBROADCASTD 4(SI), Z26
@@ -10909,6 +11100,8 @@ gemmDotAvx512_7_loop4:
 	VPBROADCASTD 4(R10)(R8*2), Z28
 	BYTE $0x62; BYTE $0x12; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z24, Z12
 	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xec // VDPBF16PS Z28, Z25, Z13
+	PREFETCHT0 256(R13)
+	PREFETCHT0 320(R13)
 	VMOVDQU32 256(DX), Z24
 	VMOVDQU32 320(DX), Z25
 	VPBROADCASTD 8(SI), Z26
@@ -10932,6 +11125,8 @@ gemmDotAvx512_7_loop4:
 	VPBROADCASTD 8(R10)(R8*2), Z28
 	BYTE $0x62; BYTE $0x12; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z24, Z12
 	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xec // VDPBF16PS Z28, Z25, Z13
+	PREFETCHT0 384(R13)
+	PREFETCHT0 448(R13)
 	VMOVDQU32 384(DX), Z24
 	VMOVDQU32 448(DX), Z25
 	VPBROADCASTD 12(SI), Z26
@@ -10958,11 +11153,14 @@ gemmDotAvx512_7_loop4:
 	ADDQ $16, SI
 	ADDQ $16, R10
 	ADDQ $512, DX
+	ADDQ $512, R13
 	SUBQ $4, CX
 	JMP gemmDotAvx512_7_loop4
 gemmDotAvx512_7_tail:
 	TESTQ CX, CX
 	JEQ gemmDotAvx512_7_done
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -10989,6 +11187,7 @@ gemmDotAvx512_7_tail:
 	ADDQ $4, SI
 	ADDQ $4, R10
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmDotAvx512_7_tail
 gemmDotAvx512_7_done:
@@ -11075,14 +11274,15 @@ gemmDotAvx512_7_store:
 	VZEROUPPER
 	RET
 
-// func gemmDotAvx512_8(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmDotAvx512_8(SB), NOSPLIT, $0-64
+// func gemmDotAvx512_8(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmDotAvx512_8(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
 	MOVQ kc+24(FP), CX
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
+	MOVQ pf+64(FP), R13
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -11102,6 +11302,8 @@ TEXT ·gemmDotAvx512_8(SB), NOSPLIT, $0-64
 gemmDotAvx512_8_loop4:
 	CMPQ CX, $4
 	JLT gemmDotAvx512_8_tail
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -11128,6 +11330,8 @@ gemmDotAvx512_8_loop4:
 	VPBROADCASTD 0(R10)(R9*1), Z29
 	BYTE $0x62; BYTE $0x12; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xf5 // VDPBF16PS Z29, Z24, Z14
 	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z25, Z15
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z24
 	VMOVDQU32 192(DX), Z25
 	VPBROADCASTD 4(SI), Z26
@@ -11154,6 +11358,8 @@ gemmDotAvx512_8_loop4:
 	VPBROADCASTD 4(R10)(R9*1), Z29
 	BYTE $0x62; BYTE $0x12; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xf5 // VDPBF16PS Z29, Z24, Z14
 	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z25, Z15
+	PREFETCHT0 256(R13)
+	PREFETCHT0 320(R13)
 	VMOVDQU32 256(DX), Z24
 	VMOVDQU32 320(DX), Z25
 	VPBROADCASTD 8(SI), Z26
@@ -11180,6 +11386,8 @@ gemmDotAvx512_8_loop4:
 	VPBROADCASTD 8(R10)(R9*1), Z29
 	BYTE $0x62; BYTE $0x12; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xf5 // VDPBF16PS Z29, Z24, Z14
 	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z25, Z15
+	PREFETCHT0 384(R13)
+	PREFETCHT0 448(R13)
 	VMOVDQU32 384(DX), Z24
 	VMOVDQU32 448(DX), Z25
 	VPBROADCASTD 12(SI), Z26
@@ -11209,11 +11417,14 @@ gemmDotAvx512_8_loop4:
 	ADDQ $16, SI
 	ADDQ $16, R10
 	ADDQ $512, DX
+	ADDQ $512, R13
 	SUBQ $4, CX
 	JMP gemmDotAvx512_8_loop4
 gemmDotAvx512_8_tail:
 	TESTQ CX, CX
 	JEQ gemmDotAvx512_8_done
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -11243,6 +11454,7 @@ gemmDotAvx512_8_tail:
 	ADDQ $4, SI
 	ADDQ $4, R10
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmDotAvx512_8_tail
 gemmDotAvx512_8_done:
@@ -11339,8 +11551,8 @@ gemmDotAvx512_8_store:
 	VZEROUPPER
 	RET
 
-// func gemmDotAvx512_9(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmDotAvx512_9(SB), NOSPLIT, $0-64
+// func gemmDotAvx512_9(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmDotAvx512_9(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
@@ -11348,6 +11560,7 @@ TEXT ·gemmDotAvx512_9(SB), NOSPLIT, $0-64
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
 	LEAQ (R10)(R8*4), R11
+	MOVQ pf+64(FP), R13
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -11369,6 +11582,8 @@ TEXT ·gemmDotAvx512_9(SB), NOSPLIT, $0-64
 gemmDotAvx512_9_loop4:
 	CMPQ CX, $4
 	JLT gemmDotAvx512_9_tail
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -11398,6 +11613,8 @@ gemmDotAvx512_9_loop4:
 	VPBROADCASTD 0(R11), Z26
 	BYTE $0x62; BYTE $0x82; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc2 // VDPBF16PS Z26, Z24, Z16
 	BYTE $0x62; BYTE $0x82; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xca // VDPBF16PS Z26, Z25, Z17
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z24
 	VMOVDQU32 192(DX), Z25
 	VPBROADCASTD 4(SI), Z26
@@ -11427,6 +11644,8 @@ gemmDotAvx512_9_loop4:
 	VPBROADCASTD 4(R11), Z26
 	BYTE $0x62; BYTE $0x82; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc2 // VDPBF16PS Z26, Z24, Z16
 	BYTE $0x62; BYTE $0x82; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xca // VDPBF16PS Z26, Z25, Z17
+	PREFETCHT0 256(R13)
+	PREFETCHT0 320(R13)
 	VMOVDQU32 256(DX), Z24
 	VMOVDQU32 320(DX), Z25
 	VPBROADCASTD 8(SI), Z26
@@ -11456,6 +11675,8 @@ gemmDotAvx512_9_loop4:
 	VPBROADCASTD 8(R11), Z26
 	BYTE $0x62; BYTE $0x82; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc2 // VDPBF16PS Z26, Z24, Z16
 	BYTE $0x62; BYTE $0x82; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xca // VDPBF16PS Z26, Z25, Z17
+	PREFETCHT0 384(R13)
+	PREFETCHT0 448(R13)
 	VMOVDQU32 384(DX), Z24
 	VMOVDQU32 448(DX), Z25
 	VPBROADCASTD 12(SI), Z26
@@ -11489,11 +11710,14 @@ gemmDotAvx512_9_loop4:
 	ADDQ $16, R10
 	ADDQ $16, R11
 	ADDQ $512, DX
+	ADDQ $512, R13
 	SUBQ $4, CX
 	JMP gemmDotAvx512_9_loop4
 gemmDotAvx512_9_tail:
 	TESTQ CX, CX
 	JEQ gemmDotAvx512_9_done
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -11527,6 +11751,7 @@ gemmDotAvx512_9_tail:
 	ADDQ $4, R10
 	ADDQ $4, R11
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmDotAvx512_9_tail
 gemmDotAvx512_9_done:
@@ -11633,8 +11858,8 @@ gemmDotAvx512_9_store:
 	VZEROUPPER
 	RET
 
-// func gemmDotAvx512_10(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmDotAvx512_10(SB), NOSPLIT, $0-64
+// func gemmDotAvx512_10(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmDotAvx512_10(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
@@ -11642,6 +11867,7 @@ TEXT ·gemmDotAvx512_10(SB), NOSPLIT, $0-64
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
 	LEAQ (R10)(R8*4), R11
+	MOVQ pf+64(FP), R13
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -11665,6 +11891,8 @@ TEXT ·gemmDotAvx512_10(SB), NOSPLIT, $0-64
 gemmDotAvx512_10_loop4:
 	CMPQ CX, $4
 	JLT gemmDotAvx512_10_tail
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -11697,6 +11925,8 @@ gemmDotAvx512_10_loop4:
 	VPBROADCASTD 0(R11)(R8*1), Z27
 	BYTE $0x62; BYTE $0x82; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xd3 // VDPBF16PS Z27, Z24, Z18
 	BYTE $0x62; BYTE $0x82; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xdb // VDPBF16PS Z27, Z25, Z19
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z24
 	VMOVDQU32 192(DX), Z25
 	VPBROADCASTD 4(SI), Z26
@@ -11729,6 +11959,8 @@ gemmDotAvx512_10_loop4:
 	VPBROADCASTD 4(R11)(R8*1), Z27
 	BYTE $0x62; BYTE $0x82; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xd3 // VDPBF16PS Z27, Z24, Z18
 	BYTE $0x62; BYTE $0x82; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xdb // VDPBF16PS Z27, Z25, Z19
+	PREFETCHT0 256(R13)
+	PREFETCHT0 320(R13)
 	VMOVDQU32 256(DX), Z24
 	VMOVDQU32 320(DX), Z25
 	VPBROADCASTD 8(SI), Z26
@@ -11761,6 +11993,8 @@ gemmDotAvx512_10_loop4:
 	VPBROADCASTD 8(R11)(R8*1), Z27
 	BYTE $0x62; BYTE $0x82; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xd3 // VDPBF16PS Z27, Z24, Z18
 	BYTE $0x62; BYTE $0x82; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xdb // VDPBF16PS Z27, Z25, Z19
+	PREFETCHT0 384(R13)
+	PREFETCHT0 448(R13)
 	VMOVDQU32 384(DX), Z24
 	VMOVDQU32 448(DX), Z25
 	VPBROADCASTD 12(SI), Z26
@@ -11797,11 +12031,14 @@ gemmDotAvx512_10_loop4:
 	ADDQ $16, R10
 	ADDQ $16, R11
 	ADDQ $512, DX
+	ADDQ $512, R13
 	SUBQ $4, CX
 	JMP gemmDotAvx512_10_loop4
 gemmDotAvx512_10_tail:
 	TESTQ CX, CX
 	JEQ gemmDotAvx512_10_done
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -11838,6 +12075,7 @@ gemmDotAvx512_10_tail:
 	ADDQ $4, R10
 	ADDQ $4, R11
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmDotAvx512_10_tail
 gemmDotAvx512_10_done:
@@ -11954,8 +12192,8 @@ gemmDotAvx512_10_store:
 	VZEROUPPER
 	RET
 
-// func gemmDotAvx512_11(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmDotAvx512_11(SB), NOSPLIT, $0-64
+// func gemmDotAvx512_11(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmDotAvx512_11(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
@@ -11963,6 +12201,7 @@ TEXT ·gemmDotAvx512_11(SB), NOSPLIT, $0-64
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
 	LEAQ (R10)(R8*4), R11
+	MOVQ pf+64(FP), R13
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -11988,6 +12227,8 @@ TEXT ·gemmDotAvx512_11(SB), NOSPLIT, $0-64
 gemmDotAvx512_11_loop4:
 	CMPQ CX, $4
 	JLT gemmDotAvx512_11_tail
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -12023,6 +12264,8 @@ gemmDotAvx512_11_loop4:
 	VPBROADCASTD 0(R11)(R8*2), Z28
 	BYTE $0x62; BYTE $0x82; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z24, Z20
 	BYTE $0x62; BYTE $0x82; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xec // VDPBF16PS Z28, Z25, Z21
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z24
 	VMOVDQU32 192(DX), Z25
 	VPBROADCASTD 4(SI), Z26
@@ -12058,6 +12301,8 @@ gemmDotAvx512_11_loop4:
 	VPBROADCASTD 4(R11)(R8*2), Z28
 	BYTE $0x62; BYTE $0x82; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z24, Z20
 	BYTE $0x62; BYTE $0x82; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xec // VDPBF16PS Z28, Z25, Z21
+	PREFETCHT0 256(R13)
+	PREFETCHT0 320(R13)
 	VMOVDQU32 256(DX), Z24
 	VMOVDQU32 320(DX), Z25
 	VPBROADCASTD 8(SI), Z26
@@ -12093,6 +12338,8 @@ gemmDotAvx512_11_loop4:
 	VPBROADCASTD 8(R11)(R8*2), Z28
 	BYTE $0x62; BYTE $0x82; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z24, Z20
 	BYTE $0x62; BYTE $0x82; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xec // VDPBF16PS Z28, Z25, Z21
+	PREFETCHT0 384(R13)
+	PREFETCHT0 448(R13)
 	VMOVDQU32 384(DX), Z24
 	VMOVDQU32 448(DX), Z25
 	VPBROADCASTD 12(SI), Z26
@@ -12132,11 +12379,14 @@ gemmDotAvx512_11_loop4:
 	ADDQ $16, R10
 	ADDQ $16, R11
 	ADDQ $512, DX
+	ADDQ $512, R13
 	SUBQ $4, CX
 	JMP gemmDotAvx512_11_loop4
 gemmDotAvx512_11_tail:
 	TESTQ CX, CX
 	JEQ gemmDotAvx512_11_done
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -12176,6 +12426,7 @@ gemmDotAvx512_11_tail:
 	ADDQ $4, R10
 	ADDQ $4, R11
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmDotAvx512_11_tail
 gemmDotAvx512_11_done:
@@ -12302,8 +12553,8 @@ gemmDotAvx512_11_store:
 	VZEROUPPER
 	RET
 
-// func gemmDotAvx512_12(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
-TEXT ·gemmDotAvx512_12(SB), NOSPLIT, $0-64
+// func gemmDotAvx512_12(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
+TEXT ·gemmDotAvx512_12(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	MOVQ b+16(FP), DX
@@ -12311,6 +12562,7 @@ TEXT ·gemmDotAvx512_12(SB), NOSPLIT, $0-64
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
 	LEAQ (R10)(R8*4), R11
+	MOVQ pf+64(FP), R13
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -12338,6 +12590,8 @@ TEXT ·gemmDotAvx512_12(SB), NOSPLIT, $0-64
 gemmDotAvx512_12_loop4:
 	CMPQ CX, $4
 	JLT gemmDotAvx512_12_tail
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -12376,6 +12630,8 @@ gemmDotAvx512_12_loop4:
 	VPBROADCASTD 0(R11)(R9*1), Z29
 	BYTE $0x62; BYTE $0x82; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xf5 // VDPBF16PS Z29, Z24, Z22
 	BYTE $0x62; BYTE $0x82; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z25, Z23
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
 	VMOVDQU32 128(DX), Z24
 	VMOVDQU32 192(DX), Z25
 	VPBROADCASTD 4(SI), Z26
@@ -12414,6 +12670,8 @@ gemmDotAvx512_12_loop4:
 	VPBROADCASTD 4(R11)(R9*1), Z29
 	BYTE $0x62; BYTE $0x82; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xf5 // VDPBF16PS Z29, Z24, Z22
 	BYTE $0x62; BYTE $0x82; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z25, Z23
+	PREFETCHT0 256(R13)
+	PREFETCHT0 320(R13)
 	VMOVDQU32 256(DX), Z24
 	VMOVDQU32 320(DX), Z25
 	VPBROADCASTD 8(SI), Z26
@@ -12452,6 +12710,8 @@ gemmDotAvx512_12_loop4:
 	VPBROADCASTD 8(R11)(R9*1), Z29
 	BYTE $0x62; BYTE $0x82; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xf5 // VDPBF16PS Z29, Z24, Z22
 	BYTE $0x62; BYTE $0x82; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z25, Z23
+	PREFETCHT0 384(R13)
+	PREFETCHT0 448(R13)
 	VMOVDQU32 384(DX), Z24
 	VMOVDQU32 448(DX), Z25
 	VPBROADCASTD 12(SI), Z26
@@ -12494,11 +12754,14 @@ gemmDotAvx512_12_loop4:
 	ADDQ $16, R10
 	ADDQ $16, R11
 	ADDQ $512, DX
+	ADDQ $512, R13
 	SUBQ $4, CX
 	JMP gemmDotAvx512_12_loop4
 gemmDotAvx512_12_tail:
 	TESTQ CX, CX
 	JEQ gemmDotAvx512_12_done
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
 	VMOVDQU32 0(DX), Z24
 	VMOVDQU32 64(DX), Z25
 	VPBROADCASTD 0(SI), Z26
@@ -12541,6 +12804,7 @@ gemmDotAvx512_12_tail:
 	ADDQ $4, R10
 	ADDQ $4, R11
 	ADDQ $128, DX
+	ADDQ $128, R13
 	DECQ CX
 	JMP gemmDotAvx512_12_tail
 gemmDotAvx512_12_done:

@@ -6,8 +6,9 @@ package kernels
 
 import "unsafe"
 
-// kern512 computes an mr×32 tile: C (masked columns) = [C +] A[mr×kc]·B-panel[kc×32].
-type kern512 func(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+// kern512 computes an mr×32 tile: C (masked columns) = [C +] A[mr×kc]·B-panel[kc×32]. It
+// also prefetches into L1 the 128 bytes from pf on per k-pair of B it reads.
+type kern512 func(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 // kernF32 computes an mr×32 tile of f32: C (masked columns) = [C +] A·B-panel[kc×32], A packed
 // (packAF32Avx512); it also prefetches f32PrefetchPer16 bytes from pf on into L2 per 16 k.
@@ -137,76 +138,76 @@ func gemmF32Avx512_11(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Point
 func gemmF32Avx512_12(a unsafe.Pointer, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx512_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmW16Avx512_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx512_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmW16Avx512_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx512_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmW16Avx512_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx512_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmW16Avx512_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx512_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmW16Avx512_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx512_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmW16Avx512_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx512_7(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmW16Avx512_7(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx512_8(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmW16Avx512_8(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx512_9(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmW16Avx512_9(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx512_10(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmW16Avx512_10(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx512_11(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmW16Avx512_11(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmW16Avx512_12(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmW16Avx512_12(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmDotAvx512_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmDotAvx512_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmDotAvx512_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmDotAvx512_2(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmDotAvx512_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmDotAvx512_3(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmDotAvx512_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmDotAvx512_4(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmDotAvx512_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmDotAvx512_5(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmDotAvx512_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmDotAvx512_6(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmDotAvx512_7(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmDotAvx512_7(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmDotAvx512_8(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmDotAvx512_8(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmDotAvx512_9(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmDotAvx512_9(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmDotAvx512_10(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmDotAvx512_10(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmDotAvx512_11(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmDotAvx512_11(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
-func gemmDotAvx512_12(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int)
+func gemmDotAvx512_12(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, mask uint32, acc int, pf unsafe.Pointer)
 
 //go:noescape
 func gemmF32Avx2_1(a unsafe.Pointer, lda uintptr, b unsafe.Pointer, kc int, c unsafe.Pointer, ldc uintptr, acc int, pf unsafe.Pointer)

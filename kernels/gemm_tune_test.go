@@ -111,7 +111,7 @@ func BenchmarkTuneMicro(b *testing.B) {
 					kf(unsafe.Pointer(&a[0]), unsafe.Pointer(&bp[0]), kc, unsafe.Pointer(&c[0]), 128, 0xffffffff, 1, unsafe.Pointer(&bp[0]))
 				}},
 				{"w16", func() {
-					w16Avx512[mr](unsafe.Pointer(&a[0]), uintptr(kc*4), unsafe.Pointer(&bp[0]), kc, unsafe.Pointer(&c[0]), 128, 0xffffffff, 1)
+					w16Avx512[mr](unsafe.Pointer(&a[0]), uintptr(kc*4), unsafe.Pointer(&bp[0]), kc, unsafe.Pointer(&c[0]), 128, 0xffffffff, 1, unsafe.Pointer(&bp[0]))
 				}},
 			}
 			for _, kern := range kernels {
