@@ -28,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -147,7 +148,10 @@ func New(cfg Config, opts Options) (*Server, error) {
 		IdleTimeout:          cfg.IdleTimeout,
 		CloseOnShutdown:      true,
 		NoDefaultContentType: true,
-		Logger:               fasthttpLogger{log},
+		// Bodies reach the handler as streams (requestBody), so that one over the limit is
+		// read to its end and answered 413 instead of the connection being closed on it.
+		StreamRequestBody: true,
+		Logger:            fasthttpLogger{log},
 	}
 	return s, nil
 }
@@ -228,8 +232,50 @@ func (s *Server) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 	s.opts.Metrics.ObserveHTTP(name, f.HTTPStatus, 0)
 }
 
+// drainBytes bounds how much of a body over the limit is read (and dropped) before its 413 is
+// sent (requestBody); the connection's read timeout bounds the time.
+const drainBytes = 64 << 20
+
+// requestBody returns the request's body, at most http.max_body_bytes; over the limit it answers
+// 413 and reports false. fasthttp on its own closes the connection on a body over its limit with
+// the rest unread, and a connection closed with unread data is reset: a client still sending the
+// body — Go's net/http and Python's clients send it all before they read a reply — got
+// "connection reset by peer" instead of the 413 (a 20 MB body against the 8 MB default, 2 of 3
+// tries). So the server streams bodies (StreamRequestBody) and a body over the limit is read to
+// its end (up to drainBytes), then answered 413 on a connection that closes after the reply.
+func (s *Server) requestBody(ctx *fasthttp.RequestCtx, rt *route) ([]byte, bool) {
+	limit := s.cfg.MaxBodyBytes
+	if !ctx.Request.IsBodyStream() {
+		return ctx.PostBody(), true
+	}
+	if cl := ctx.Request.Header.ContentLength(); cl >= 0 && cl <= limit {
+		return ctx.PostBody(), true // a known length within the limit: read in full
+	}
+	// Chunked (no length) or a length over the limit: read one byte past the limit at most.
+	stream := ctx.RequestBodyStream()
+	b, err := io.ReadAll(io.LimitReader(stream, int64(limit)+1))
+	if err != nil {
+		ctx.SetConnectionClose()
+		s.writeError(ctx, rt.errShape, front.Failure{HTTPStatus: http.StatusBadRequest, Type: "invalid_request_error",
+			Message: "malformed request body: " + err.Error()})
+		return nil, false
+	}
+	if len(b) <= limit {
+		return b, true
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(stream, drainBytes))
+	ctx.SetConnectionClose()
+	s.writeError(ctx, rt.errShape, front.Failure{HTTPStatus: http.StatusRequestEntityTooLarge, Type: "request_too_large",
+		Message: fmt.Sprintf("request body exceeds %d bytes", limit)})
+	return nil, false
+}
+
 func (s *Server) serveScore(ctx *fasthttp.RequestCtx, rt *route) {
-	req, err := decodeScore(ctx.PostBody())
+	body, ok := s.requestBody(ctx, rt)
+	if !ok {
+		return
+	}
+	req, err := decodeScore(body)
 	if err != nil {
 		s.writeError(ctx, rt.errShape, failureOf(err))
 		return
@@ -251,7 +297,11 @@ func (s *Server) serveScore(ctx *fasthttp.RequestCtx, rt *route) {
 
 // serveRerank serves every rerank API; rt.rerank holds what tells them apart.
 func (s *Server) serveRerank(ctx *fasthttp.RequestCtx, rt *route) {
-	req, texts, rr, err := parseRerank(ctx.PostBody())
+	body, ok := s.requestBody(ctx, rt)
+	if !ok {
+		return
+	}
+	req, texts, rr, err := parseRerank(body)
 	if err != nil {
 		s.writeError(ctx, rt.errShape, failureOf(err))
 		return
