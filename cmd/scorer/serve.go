@@ -89,6 +89,7 @@ func serveConfig(args []string) (node.Config, error) {
 	bf16Matmul := fs.String("bf16-matmul", "", "how bf16 weights are multiplied: auto (AMX at f32 accuracy where available), widen or bf16 (bf16 dot products)")
 	prefixCache := fs.Int64("prefix-cache-bytes", 0, "cross-request prefix cache budget in bytes (0 disables)")
 	calBudget := fs.Duration("calibration-budget", 0, "time for timing passes of the model at start-up, when no cost is configured (default 3s; 0 disables)")
+	calCache := fs.String("calibration-cache", "", "folder where the start-up calibration is kept and reused by the next start with the same model and settings (default: none)")
 	memoryLimit := fs.Int64("memory-limit", 0, "Go soft memory limit in bytes (0: derived from the prefix cache budget and max batch tokens; -1: none; GOMEMLIMIT wins)")
 	pprofOn := fs.Bool("pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP port")
 	faultInjection := fs.Bool("fault-injection", false, "enable GET/POST /debug/fault on the HTTP port (slowdown, stall, fail_next: for fault tests only)")
@@ -129,6 +130,8 @@ func serveConfig(args []string) (node.Config, error) {
 			cfg.PrefixCacheBytes = *prefixCache
 		case "calibration-budget":
 			cfg.CalibrationBudget = *calBudget
+		case "calibration-cache":
+			cfg.CalibrationCache = *calCache
 		case "memory-limit":
 			cfg.MemoryLimit = *memoryLimit
 		case "pprof":

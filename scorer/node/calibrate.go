@@ -18,6 +18,9 @@ type calibration struct {
 	Took   time.Duration // the whole calibration, warm-up and tokenizing included
 	Fit    costmodel.FitResult
 	Err    error // why the fit is not used; nil when it is (or when none ran)
+	// KeptFrom is when a calibration reused from Config.CalibrationCache was measured (Passes,
+	// Took and Fit are then that one's); zero for one measured at this start.
+	KeptFrom time.Time
 }
 
 // calShape is one synthetic pass: a prefix of a query of queryWords words, then items of

@@ -84,6 +84,15 @@ type Config struct {
 	// CalibrationBudget bounds the start-up calibration's time; 0 disables it (like Calibrate
 	// false). A pass that would not finish within it is not started.
 	CalibrationBudget time.Duration `yaml:"calibration_budget"`
+	// CalibrationCache is a folder where the start-up calibration's fit is kept, and reused at the
+	// next start of a node with the same model fingerprint, kernels, bf16 matmul mode, MoE policy,
+	// thread count and CPU instead of timing passes again: a node restarted after a crash, a
+	// rolling update of its settings or `make run` is ready a calibration budget sooner. The node
+	// learns from every pass either way. "" keeps nothing.
+	CalibrationCache string `yaml:"calibration_cache"`
+	// CalibrationCacheMaxAge is the oldest kept calibration reused; older ones are measured again
+	// (and replaced). 0 means any age.
+	CalibrationCacheMaxAge time.Duration `yaml:"calibration_cache_max_age"`
 	// FaultInjection enables GET/POST /debug/fault on the HTTP port (slow, stalled or failing
 	// node on demand, for fault tests; see Fault). false: no route, no hook.
 	FaultInjection bool `yaml:"fault_injection"`
@@ -119,6 +128,9 @@ func Default() Config {
 		DrainTimeout:      30 * time.Second,
 		Calibrate:         true,
 		CalibrationBudget: 3 * time.Second,
+		// A day: long enough for every restart of a working day, short enough that a host
+		// whose load or clocks changed is measured again.
+		CalibrationCacheMaxAge: 24 * time.Hour,
 	}
 }
 
@@ -184,13 +196,23 @@ func (c *Config) Validate() error {
 		{"max_batch_tokens", int64(c.MaxBatchTokens), 1},
 		{"max_queue_batches", int64(c.MaxQueueBatches), 1},
 		{"prefix_cache_bytes", c.PrefixCacheBytes, 0},
-		{"drain_timeout", int64(c.DrainTimeout), 0},
 		{"max_request_bytes", int64(c.MaxRequestBytes), 0},
-		{"calibration_budget", int64(c.CalibrationBudget), 0},
 		{"memory_limit", c.MemoryLimit, -1},
 	} {
 		if f.v < f.min {
 			return fmt.Errorf("scorer.%s: must be ≥ %d, got %d", f.name, f.min, f.v)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"drain_timeout", c.DrainTimeout},
+		{"calibration_budget", c.CalibrationBudget},
+		{"calibration_cache_max_age", c.CalibrationCacheMaxAge},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("scorer.%s: must be ≥ 0, got %v", f.name, f.v)
 		}
 	}
 	if c.MoEPolicy != "" {

@@ -126,6 +126,9 @@ type CostModelStatus struct {
 	CalibrationMaxRelErr float64 `json:"calibration_max_rel_err,omitempty"`
 	// CalibrationError says why the calibration's fit was not used, if it was not.
 	CalibrationError string `json:"calibration_error,omitempty"`
+	// CalibrationKeptFrom is when the calibration was measured, when it was reused from
+	// calibration_cache rather than measured at this start (RFC 3339; "": measured now).
+	CalibrationKeptFrom string `json:"calibration_kept_from,omitempty"`
 	// MergeMargin is what the merge decision stretches estimates by: the 95th percentile of the
 	// last passes' measured ÷ estimated seconds, in [1, 2].
 	MergeMargin float64 `json:"merge_margin"`
@@ -142,6 +145,9 @@ func (s costSnapshot) status() *CostModelStatus {
 	}
 	if s.Calibration.Err != nil {
 		st.CalibrationError = s.Calibration.Err.Error()
+	}
+	if !s.Calibration.KeptFrom.IsZero() {
+		st.CalibrationKeptFrom = s.Calibration.KeptFrom.UTC().Format(time.RFC3339)
 	}
 	return st
 }

@@ -285,15 +285,37 @@ func (n *Node) startCostModel(ctx context.Context, eng scorer.Engine) (*costMode
 	prior := eng.CostPrior()
 	var cal calibration
 	if prior.Source == scorer.CostSourceShape && n.cfg.Calibrate && n.cfg.CalibrationBudget > 0 {
-		cal = calibrate(ctx, eng, n.cfg.CalibrationBudget, n.sched.now, func(ctx context.Context, gs []*scorer.Group) (scorer.ForwardStats, error) {
-			return n.sched.forward(ctx, eng, gs)
-		})
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+		key, keyed := calibrationKey(eng)
+		keep := keyed && n.cfg.CalibrationCache != ""
+		kept := false
+		if keep {
+			c, at, err := loadCalibration(n.cfg.CalibrationCache, key, n.cfg.CalibrationCacheMaxAge, n.sched.now())
+			switch {
+			case err == nil:
+				cal, kept = c, true
+				cal.KeptFrom = at
+			case errors.Is(err, errCalibrationTooOld):
+				n.log.Info("kept calibration too old; measuring again", "node_id", n.nodeID, "measured_at", at, "max_age", n.cfg.CalibrationCacheMaxAge)
+			case !errors.Is(err, errNoCalibration):
+				n.log.Warn("kept calibration not used; measuring again", "node_id", n.nodeID, "err", err)
+			}
 		}
-		var pe *enginePanic
-		if errors.As(cal.Err, &pe) {
-			return nil, cal.Err
+		if !kept {
+			cal = calibrate(ctx, eng, n.cfg.CalibrationBudget, n.sched.now, func(ctx context.Context, gs []*scorer.Group) (scorer.ForwardStats, error) {
+				return n.sched.forward(ctx, eng, gs)
+			})
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			var pe *enginePanic
+			if errors.As(cal.Err, &pe) {
+				return nil, cal.Err
+			}
+			if keep && cal.Err == nil && cal.Passes > 0 {
+				if err := saveCalibration(n.cfg.CalibrationCache, key, cal, n.sched.now()); err != nil {
+					n.log.Warn("calibration not kept", "node_id", n.nodeID, "err", err)
+				}
+			}
 		}
 	}
 	m := newCostModel(cal, prior)
@@ -304,6 +326,9 @@ func (n *Node) startCostModel(ctx context.Context, eng scorer.Engine) (*costMode
 	if cal.Took > 0 {
 		attrs = append(attrs, "calibration_seconds", cal.Took.Seconds(), "calibration_passes", cal.Passes,
 			"fit_max_rel_err", cal.Fit.MaxRelErr, "prior", prior.Source)
+	}
+	if !cal.KeptFrom.IsZero() {
+		attrs = append(attrs, "calibration_kept_from", cal.KeptFrom.UTC().Format(time.RFC3339))
 	}
 	if cal.Err != nil {
 		n.log.Warn("cost model calibration failed; starting from the engine's guess", append(attrs, "err", cal.Err)...)

@@ -897,6 +897,7 @@ func TestConfig(t *testing.T) {
 		{"bad addr", "model: /m\ngrpc_addr: nope\n", `scorer.grpc_addr: must be host:port, got "nope"`},
 		{"zero items", "model: /m\nmax_items: 0\n", "scorer.max_items: must be ≥ 1, got 0"},
 		{"negative cache", "model: /m\nprefix_cache_bytes: -5\n", "scorer.prefix_cache_bytes: must be ≥ 0, got -5"},
+		{"negative calibration age", "model: /m\ncalibration_cache_max_age: -1h\n", "scorer.calibration_cache_max_age: must be ≥ 0, got -1h0m0s"},
 		{"bad policy", "model: /m\nmoe_policy: fixed:x\n", `scorer.moe_policy: moe policy "fixed:x": unknown MoE variant "x"`},
 		{"fixed policy", "model: /m\nmoe_policy: fixed:64\n", ""},
 		{"bad bf16 matmul", "model: /m\nbf16_matmul: fp8\n", `scorer.bf16_matmul: "fp8": want auto, widen or bf16`},

@@ -1,0 +1,164 @@
+package node
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/kernels"
+	"github.com/relevance-scoring/relevance/scorer"
+)
+
+// Kept calibrations (Config.CalibrationCache). A calibration times a few seconds of forward
+// passes before the node reports ready; a node restarted on the same machine with the same model
+// and settings would measure the same thing again, while the cluster runs a node short. So a
+// successful fit is written to the cache folder under a key of everything its timings depend on,
+// and the next start with an equal key, within the maximum age, starts from it instead. The
+// node's cost model learns from every pass after that either way, as it does after a fresh
+// calibration.
+
+// calKey is what a calibration's timings depend on. Two nodes with equal keys run the same
+// kernels on the same model, on the same kind of CPU, with as many threads.
+type calKey struct {
+	Fingerprint string `json:"fingerprint"` // model weights, config, tokenizer, template, result-changing settings
+	Kernels     string `json:"kernels"`
+	BF16Matmul  string `json:"bf16_matmul"`
+	MoEPolicy   string `json:"moe_policy"`
+	Threads     int    `json:"threads"`
+	CPU         string `json:"cpu"`
+	Arch        string `json:"arch"`
+	// Design names the synthetic passes timed (calShapes, calRounds): a different design is a
+	// different measurement.
+	Design string `json:"design"`
+}
+
+// calEntry is one kept calibration, as written to its file.
+type calEntry struct {
+	Key         calKey           `json:"key"`
+	Coeffs      costmodel.Coeffs `json:"coeffs"`
+	Sigma       float64          `json:"sigma"`
+	R2          float64          `json:"r2"`
+	MaxRelErr   float64          `json:"max_rel_err"`
+	Passes      int              `json:"passes"`
+	TookSeconds float64          `json:"took_seconds"`
+	MeasuredAt  time.Time        `json:"measured_at"`
+}
+
+// errNoCalibration: nothing kept for the key (a first start).
+var errNoCalibration = errors.New("no calibration kept for this model and settings")
+
+// errCalibrationTooOld: the kept calibration is past the maximum age.
+var errCalibrationTooOld = errors.New("kept calibration is older than calibration_cache_max_age")
+
+// calibrationKey is eng's key on this machine now; ok is false when the engine cannot say what
+// model it runs (no fingerprint), and nothing may then be kept or reused.
+func calibrationKey(eng scorer.Engine) (calKey, bool) {
+	in := eng.Info()
+	k := calKey{
+		Fingerprint: in.Fingerprint,
+		Kernels:     in.Kernels,
+		BF16Matmul:  kernels.BF16MatmulMode(),
+		MoEPolicy:   in.MoEPolicy,
+		Threads:     kernels.Threads(),
+		CPU:         cpuName(),
+		Arch:        runtime.GOARCH,
+		Design:      fmt.Sprint(calShapes, calRounds),
+	}
+	return k, k.Fingerprint != ""
+}
+
+// path is where k's calibration is kept in dir.
+func (k calKey) path(dir string) string {
+	b, _ := json.Marshal(k) // plain strings and ints: cannot fail
+	h := sha256.Sum256(b)
+	return filepath.Join(dir, "calibration-"+hex.EncodeToString(h[:8])+".json")
+}
+
+// loadCalibration returns the calibration kept in dir for k, measured at most maxAge before now
+// (0: any age), as calibrate would have returned it. errNoCalibration when there is none,
+// errCalibrationTooOld when it is too old; another error for a file that cannot be read or is
+// not a calibration of k.
+func loadCalibration(dir string, k calKey, maxAge time.Duration, now time.Time) (calibration, time.Time, error) {
+	b, err := os.ReadFile(k.path(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return calibration{}, time.Time{}, errNoCalibration
+	}
+	if err != nil {
+		return calibration{}, time.Time{}, fmt.Errorf("read kept calibration: %w", err)
+	}
+	var e calEntry
+	if err := json.Unmarshal(b, &e); err != nil {
+		return calibration{}, time.Time{}, fmt.Errorf("kept calibration %s: %w", k.path(dir), err)
+	}
+	switch {
+	case e.Key != k:
+		return calibration{}, time.Time{}, fmt.Errorf("kept calibration %s: its key %+v is not this node's %+v", k.path(dir), e.Key, k)
+	case e.Passes <= 0 || e.Coeffs.Validate() != nil:
+		return calibration{}, time.Time{}, fmt.Errorf("kept calibration %s: not a fit (%d passes, coefficients %+v)", k.path(dir), e.Passes, e.Coeffs)
+	case maxAge > 0 && now.Sub(e.MeasuredAt) > maxAge:
+		return calibration{}, e.MeasuredAt, errCalibrationTooOld
+	}
+	cal := calibration{
+		Passes: e.Passes,
+		Took:   time.Duration(e.TookSeconds * float64(time.Second)),
+		Fit:    costmodel.FitResult{Coeffs: e.Coeffs, Sigma: e.Sigma, R2: e.R2, MaxRelErr: e.MaxRelErr},
+	}
+	return cal, e.MeasuredAt, nil
+}
+
+// saveCalibration keeps cal, measured at now, in dir for k: written to a temporary file and
+// renamed, so that nodes starting together never read half a file.
+func saveCalibration(dir string, k calKey, cal calibration, now time.Time) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("keep calibration: %w", err)
+	}
+	b, err := json.MarshalIndent(calEntry{Key: k, Coeffs: cal.Fit.Coeffs, Sigma: cal.Fit.Sigma, R2: cal.Fit.R2,
+		MaxRelErr: cal.Fit.MaxRelErr, Passes: cal.Passes, TookSeconds: cal.Took.Seconds(), MeasuredAt: now.UTC()}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("keep calibration: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".calibration-*")
+	if err != nil {
+		return fmt.Errorf("keep calibration: %w", err)
+	}
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return fmt.Errorf("keep calibration: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("keep calibration: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), k.path(dir)); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("keep calibration: %w", err)
+	}
+	return nil
+}
+
+// cpuName is the CPU's model name (Linux: /proc/cpuinfo), or "" where it cannot be read; the
+// key's kernels and thread count still tell machines apart then.
+func cpuName() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if name, val, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(name) == "model name" {
+			return strings.TrimSpace(val)
+		}
+	}
+	return ""
+}
