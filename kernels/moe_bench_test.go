@@ -81,16 +81,8 @@ func BenchmarkMoE(b *testing.B) {
 //
 //	go test -run '^$' -bench 'MoEColdWeights' -benchtime 20x ./kernels/
 func BenchmarkMoEColdWeights(b *testing.B) {
-	requireAsm(b)
-	defer SetThreads(Threads())
-	SetThreads(1)
-	rng := rand.New(rand.NewPCG(1, 1))
-	const nLayers, nE, h, in = 8, 32, 512, 384
-	layers := make([][]Expert, nLayers)
-	for l := range layers {
-		layers[l] = randExperts(b, rng, nE, h, in, BF16)
-	}
-	r := NewMoERunner(MoEPolicy{Kind: PolicyFixed, Variant: VariantExact})
+	const nLayers, nE, h, in = 8, 32, smallMoEHidden, smallMoEInter
+	rng, layers, r := smallMoELayers(b, nLayers, nE)
 	for _, nTok := range []int{1, 16, 76, 256} {
 		rt, err := SyntheticRouting(nTok, nE, 4, 0, 1)
 		if err != nil {
@@ -130,16 +122,8 @@ func BenchmarkMoEColdWeights(b *testing.B) {
 //
 //	go test -run '^$' -bench 'MoEWeightsFromDRAMOrL3' -benchtime 30x ./kernels/
 func BenchmarkMoEWeightsFromDRAMOrL3(b *testing.B) {
-	requireAsm(b)
-	defer SetThreads(Threads())
-	SetThreads(1)
-	rng := rand.New(rand.NewPCG(1, 1))
-	const nLayers, nE, h, in = 8, 16, 512, 384
-	layers := make([][]Expert, nLayers)
-	for l := range layers {
-		layers[l] = randExperts(b, rng, nE, h, in, BF16)
-	}
-	r := NewMoERunner(MoEPolicy{Kind: PolicyFixed, Variant: VariantExact})
+	const nLayers, nE, h, in = 8, 16, smallMoEHidden, smallMoEInter
+	rng, layers, r := smallMoELayers(b, nLayers, nE)
 	for _, nTok := range []int{16, 38, 76, 128} {
 		rt, err := SyntheticRouting(nTok, nE, 4, 0, 1)
 		if err != nil {
@@ -168,4 +152,23 @@ func BenchmarkMoEWeightsFromDRAMOrL3(b *testing.B) {
 			})
 		}
 	}
+}
+
+// The small qwen3_moe preset's expert shape: hidden 512, expert width 384.
+const smallMoEHidden, smallMoEInter = 512, 384
+
+// smallMoELayers sets one kernel thread for the benchmark and returns its random source, nLayers
+// layers of nE bf16 experts of the small preset's shape, and an exact-variant runner.
+func smallMoELayers(b *testing.B, nLayers, nE int) (*rand.Rand, [][]Expert, *MoERunner) {
+	b.Helper()
+	requireAsm(b)
+	prev := Threads()
+	b.Cleanup(func() { SetThreads(prev) })
+	SetThreads(1)
+	rng := rand.New(rand.NewPCG(1, 1))
+	layers := make([][]Expert, nLayers)
+	for l := range layers {
+		layers[l] = randExperts(b, rng, nE, smallMoEHidden, smallMoEInter, BF16)
+	}
+	return rng, layers, NewMoERunner(MoEPolicy{Kind: PolicyFixed, Variant: VariantExact})
 }
