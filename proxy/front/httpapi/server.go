@@ -148,8 +148,8 @@ func New(cfg Config, opts Options) (*Server, error) {
 		IdleTimeout:          cfg.IdleTimeout,
 		CloseOnShutdown:      true,
 		NoDefaultContentType: true,
-		// Bodies reach the handler as streams (requestBody), so that one over the limit is
-		// read to its end and answered 413 instead of the connection being closed on it.
+		// Bodies reach the handler as streams, read there (readBody), so that one over the
+		// limit is read to its end and answered 413 instead of the connection being closed on it.
 		StreamRequestBody: true,
 		Logger:            fasthttpLogger{log},
 	}
@@ -192,8 +192,12 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		}
 		s.opts.Metrics.ObserveHTTP(name, ctx.Response.StatusCode(), time.Since(start))
 	}()
+	shape := errorShape(string(ctx.Path()))
+	if !s.readBody(ctx, shape) {
+		return
+	}
 	if rt == nil {
-		s.writeError(ctx, errorShape(string(ctx.Path())), front.Failure{HTTPStatus: http.StatusNotFound, Type: "not_found",
+		s.writeError(ctx, shape, front.Failure{HTTPStatus: http.StatusNotFound, Type: "not_found",
 			Message: fmt.Sprintf("no route for %s %s", ctx.Method(), ctx.Path())})
 		return
 	}
@@ -233,49 +237,50 @@ func (s *Server) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 }
 
 // drainBytes bounds how much of a body over the limit is read (and dropped) before its 413 is
-// sent (requestBody); the connection's read timeout bounds the time.
+// sent (readBody); the connection's read timeout bounds the time.
 const drainBytes = 64 << 20
 
-// requestBody returns the request's body, at most http.max_body_bytes; over the limit it answers
-// 413 and reports false. fasthttp on its own closes the connection on a body over its limit with
-// the rest unread, and a connection closed with unread data is reset: a client still sending the
-// body — Go's net/http and Python's clients send it all before they read a reply — got
-// "connection reset by peer" instead of the 413 (a 20 MB body against the 8 MB default, 2 of 3
-// tries). So the server streams bodies (StreamRequestBody) and a body over the limit is read to
-// its end (up to drainBytes), then answered 413 on a connection that closes after the reply.
-func (s *Server) requestBody(ctx *fasthttp.RequestCtx, rt *route) ([]byte, bool) {
-	limit := s.cfg.MaxBodyBytes
+// readBody makes the request's whole body, at most http.max_body_bytes, what ctx.PostBody()
+// returns, before any route runs; over the limit it answers 413 (400 for a malformed chunked
+// body) and reports false. The server streams bodies (StreamRequestBody) for two reasons. On its
+// own fasthttp closes the connection on a body over its limit with the rest unread, and a
+// connection closed with unread data is reset: a client still sending the body — Go's net/http
+// and Python's clients send it all before they read a reply — got "connection reset by peer"
+// instead of the 413 (a 20 MB body against the 8 MB default, 2 of 3 tries); so a body over the
+// limit is read to its end (up to drainBytes) and answered on a connection that closes after the
+// reply. And a body left unread in its stream would be parsed as the next request on a keep-alive
+// connection, so every route's body is read here, a 404's and a 405's too.
+func (s *Server) readBody(ctx *fasthttp.RequestCtx, shape func(front.Failure) any) bool {
 	if !ctx.Request.IsBodyStream() {
-		return ctx.PostBody(), true
+		return true
 	}
+	limit := s.cfg.MaxBodyBytes
 	if cl := ctx.Request.Header.ContentLength(); cl >= 0 && cl <= limit {
-		return ctx.PostBody(), true // a known length within the limit: read in full
+		ctx.PostBody() // a known length within the limit: read the stream into the body
+		return true
 	}
 	// Chunked (no length) or a length over the limit: read one byte past the limit at most.
 	stream := ctx.RequestBodyStream()
 	b, err := io.ReadAll(io.LimitReader(stream, int64(limit)+1))
 	if err != nil {
 		ctx.SetConnectionClose()
-		s.writeError(ctx, rt.errShape, front.Failure{HTTPStatus: http.StatusBadRequest, Type: "invalid_request_error",
+		s.writeError(ctx, shape, front.Failure{HTTPStatus: http.StatusBadRequest, Type: "invalid_request_error",
 			Message: "malformed request body: " + err.Error()})
-		return nil, false
+		return false
 	}
 	if len(b) <= limit {
-		return b, true
+		ctx.Request.SetBodyRaw(b)
+		return true
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(stream, drainBytes))
 	ctx.SetConnectionClose()
-	s.writeError(ctx, rt.errShape, front.Failure{HTTPStatus: http.StatusRequestEntityTooLarge, Type: "request_too_large",
+	s.writeError(ctx, shape, front.Failure{HTTPStatus: http.StatusRequestEntityTooLarge, Type: "request_too_large",
 		Message: fmt.Sprintf("request body exceeds %d bytes", limit)})
-	return nil, false
+	return false
 }
 
 func (s *Server) serveScore(ctx *fasthttp.RequestCtx, rt *route) {
-	body, ok := s.requestBody(ctx, rt)
-	if !ok {
-		return
-	}
-	req, err := decodeScore(body)
+	req, err := decodeScore(ctx.PostBody())
 	if err != nil {
 		s.writeError(ctx, rt.errShape, failureOf(err))
 		return
@@ -297,11 +302,7 @@ func (s *Server) serveScore(ctx *fasthttp.RequestCtx, rt *route) {
 
 // serveRerank serves every rerank API; rt.rerank holds what tells them apart.
 func (s *Server) serveRerank(ctx *fasthttp.RequestCtx, rt *route) {
-	body, ok := s.requestBody(ctx, rt)
-	if !ok {
-		return
-	}
-	req, texts, rr, err := parseRerank(body)
+	req, texts, rr, err := parseRerank(ctx.PostBody())
 	if err != nil {
 		s.writeError(ctx, rt.errShape, failureOf(err))
 		return

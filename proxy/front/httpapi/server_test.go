@@ -737,6 +737,55 @@ func TestBodyTooLargeReachesAClientStillSending(t *testing.T) {
 	}
 }
 
+// TestUnreadBodiesDoNotLeakIntoTheNextRequest: routes that never look at the body (no route, a
+// method not allowed, a GET route) still consume it, so the next request on the same keep-alive
+// connection is parsed from its own first byte. Bodies reach the handler as streams past their
+// first 8 KB, and a stream left unread would be read as the next request.
+func TestUnreadBodiesDoNotLeakIntoTheNextRequest(t *testing.T) {
+	e := startServer(t, DefaultConfig(), newFakeCore(), nil)
+	big := strings.Repeat("x", 64<<10)
+	small := `{"query":"q","documents":["a"]}`
+	for _, tc := range []struct {
+		name, method, path string
+		chunked            bool
+		want               int
+	}{
+		{"no route", "POST", "/v1/nope", false, 404},
+		{"method not allowed", "POST", "/healthz", false, 405},
+		{"GET route", "GET", "/healthz", false, 200},
+		{"no route, chunked", "POST", "/v1/nope", true, 404},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.DialTimeout("tcp", e.addr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			var req bytes.Buffer
+			if tc.chunked {
+				fmt.Fprintf(&req, "%s %s HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", tc.method, tc.path, len(big), big)
+			} else {
+				fmt.Fprintf(&req, "%s %s HTTP/1.1\r\nHost: test\r\nContent-Length: %d\r\n\r\n%s", tc.method, tc.path, len(big), big)
+			}
+			fmt.Fprintf(&req, "POST /v1/rerank HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(small), small)
+			go func() { _, _ = conn.Write(req.Bytes()) }()
+			br := bufio.NewReader(conn)
+			for i, want := range []int{tc.want, 200} {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("reply %d: %v", i, err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != want {
+					t.Fatalf("reply %d: %d %s, want %d", i, resp.StatusCode, b, want)
+				}
+			}
+		})
+	}
+}
+
 // TestRequestOutlivesHandler checks that nothing the core keeps points into fasthttp's
 // per-connection buffers: the core keeps every request and returns at once (as a core does on a
 // deadline while its batches still run); later requests on the same keep-alive connections,
