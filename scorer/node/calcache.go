@@ -2,6 +2,7 @@ package node
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -58,6 +59,41 @@ var errNoCalibration = errors.New("no calibration kept for this model and settin
 
 // errCalibrationTooOld: the kept calibration is past the maximum age.
 var errCalibrationTooOld = errors.New("kept calibration is older than calibration_cache_max_age")
+
+// startCalibration is eng's start-up calibration: the one kept in calibration_cache for eng on
+// this machine when there is one young enough, else passes timed now, kept for the next start
+// when they gave a fit. The error is ctx's, or an engine panic's (the node must not serve).
+func (n *Node) startCalibration(ctx context.Context, eng scorer.Engine) (calibration, error) {
+	key, keyed := calibrationKey(eng)
+	keep := keyed && n.cfg.CalibrationCache != ""
+	if keep {
+		cal, at, err := loadCalibration(n.cfg.CalibrationCache, key, n.cfg.CalibrationCacheMaxAge, n.sched.now())
+		switch {
+		case err == nil:
+			cal.KeptFrom = at
+			return cal, nil
+		case errors.Is(err, errCalibrationTooOld):
+			n.log.Info("kept calibration too old; measuring again", "node_id", n.nodeID, "measured_at", at, "max_age", n.cfg.CalibrationCacheMaxAge)
+		case !errors.Is(err, errNoCalibration):
+			n.log.Warn("kept calibration not used; measuring again", "node_id", n.nodeID, "err", err)
+		}
+	}
+	cal := calibrate(ctx, eng, n.cfg.CalibrationBudget, n.sched.now, func(ctx context.Context, gs []*scorer.Group) (scorer.ForwardStats, error) {
+		return n.sched.forward(ctx, eng, gs)
+	})
+	if err := ctx.Err(); err != nil {
+		return cal, err
+	}
+	if pe := (*enginePanic)(nil); errors.As(cal.Err, &pe) {
+		return cal, cal.Err
+	}
+	if keep && cal.Err == nil && cal.Passes > 0 {
+		if err := saveCalibration(n.cfg.CalibrationCache, key, cal, n.sched.now()); err != nil {
+			n.log.Warn("calibration not kept", "node_id", n.nodeID, "err", err)
+		}
+	}
+	return cal, nil
+}
 
 // calibrationKey is eng's key on this machine now; ok is false when the engine cannot say what
 // model it runs (no fingerprint), and nothing may then be kept or reused.

@@ -13,7 +13,8 @@
 // c·batches) that starts from the engine's prior — a measured profile or configured
 // coefficients — or, when the engine only has a guess from its model's shape, from forward
 // passes timed after the load and before the node reports ready (Config.Calibrate,
-// Config.CalibrationBudget), and that learns from every pass it runs. It prices the early
+// Config.CalibrationBudget) or kept from an earlier start of the same model and settings
+// (Config.CalibrationCache), and that learns from every pass it runs. It prices the early
 // deadline check, the merge decision, the queued and running cost of every reply's NodeLoad
 // (which also carries the coefficients) and /v1/status; relevance_scorer_estimate_ratio shows
 // its error.
@@ -285,37 +286,9 @@ func (n *Node) startCostModel(ctx context.Context, eng scorer.Engine) (*costMode
 	prior := eng.CostPrior()
 	var cal calibration
 	if prior.Source == scorer.CostSourceShape && n.cfg.Calibrate && n.cfg.CalibrationBudget > 0 {
-		key, keyed := calibrationKey(eng)
-		keep := keyed && n.cfg.CalibrationCache != ""
-		kept := false
-		if keep {
-			c, at, err := loadCalibration(n.cfg.CalibrationCache, key, n.cfg.CalibrationCacheMaxAge, n.sched.now())
-			switch {
-			case err == nil:
-				cal, kept = c, true
-				cal.KeptFrom = at
-			case errors.Is(err, errCalibrationTooOld):
-				n.log.Info("kept calibration too old; measuring again", "node_id", n.nodeID, "measured_at", at, "max_age", n.cfg.CalibrationCacheMaxAge)
-			case !errors.Is(err, errNoCalibration):
-				n.log.Warn("kept calibration not used; measuring again", "node_id", n.nodeID, "err", err)
-			}
-		}
-		if !kept {
-			cal = calibrate(ctx, eng, n.cfg.CalibrationBudget, n.sched.now, func(ctx context.Context, gs []*scorer.Group) (scorer.ForwardStats, error) {
-				return n.sched.forward(ctx, eng, gs)
-			})
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			var pe *enginePanic
-			if errors.As(cal.Err, &pe) {
-				return nil, cal.Err
-			}
-			if keep && cal.Err == nil && cal.Passes > 0 {
-				if err := saveCalibration(n.cfg.CalibrationCache, key, cal, n.sched.now()); err != nil {
-					n.log.Warn("calibration not kept", "node_id", n.nodeID, "err", err)
-				}
-			}
+		var err error
+		if cal, err = n.startCalibration(ctx, eng); err != nil {
+			return nil, err
 		}
 	}
 	m := newCostModel(cal, prior)
