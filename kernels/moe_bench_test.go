@@ -44,16 +44,7 @@ func BenchmarkMoE(b *testing.B) {
 		r := NewMoERunner(MoEPolicy{})
 		for _, d := range dists {
 			nTok := d.seqs * 576
-			rt, err := SyntheticRouting(nTok, l.nE, l.k, d.s, 1)
-			if err != nil {
-				b.Fatal(err)
-			}
-			rows := 0
-			for _, t := range rt.Tokens {
-				rows += len(t)
-			}
-			x := randVec(rng, nTok*h)
-			out := make([]float32, len(x))
+			rt, rows, x, out := routedPass(b, rng, nTok, l.nE, l.k, d.s, h)
 			for _, v := range MoEVariants() {
 				b.Run(fmt.Sprintf("%s/%s/%s", l.name, d.name, v), func(b *testing.B) {
 					b.ReportAllocs()
@@ -125,16 +116,7 @@ func BenchmarkMoEWeightsFromDRAMOrL3(b *testing.B) {
 	const nLayers, nE, h, in = 8, 16, smallMoEHidden, smallMoEInter
 	rng, layers, r := smallMoELayers(b, nLayers, nE)
 	for _, nTok := range []int{16, 38, 76, 128} {
-		rt, err := SyntheticRouting(nTok, nE, 4, 0, 1)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rows := 0
-		for _, t := range rt.Tokens {
-			rows += len(t)
-		}
-		x := randVec(rng, nTok*h)
-		out := make([]float32, len(x))
+		rt, rows, x, out := routedPass(b, rng, nTok, nE, 4, 0, h)
 		for _, from := range []string{"dram", "l3"} {
 			b.Run(fmt.Sprintf("tokens=%d/weights=%s", nTok, from), func(b *testing.B) {
 				for b.Loop() {
@@ -171,4 +153,20 @@ func smallMoELayers(b *testing.B, nLayers, nE int) (*rand.Rand, [][]Expert, *MoE
 		layers[l] = randExperts(b, rng, nE, smallMoEHidden, smallMoEInter, BF16)
 	}
 	return rng, layers, NewMoERunner(MoEPolicy{Kind: PolicyFixed, Variant: VariantExact})
+}
+
+// routedPass is a pass of nTok tokens routed top-k over nE experts (Zipf exponent zipfS, seed 1):
+// the routing, its expert rows, random activations of width h and an output buffer.
+func routedPass(b *testing.B, rng *rand.Rand, nTok, nE, k int, zipfS float64, h int) (*Routing, int, []float32, []float32) {
+	b.Helper()
+	rt, err := SyntheticRouting(nTok, nE, k, zipfS, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rows := 0
+	for _, t := range rt.Tokens {
+		rows += len(t)
+	}
+	x := randVec(rng, nTok*h)
+	return rt, rows, x, make([]float32, len(x))
 }
