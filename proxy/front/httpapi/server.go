@@ -151,7 +151,10 @@ func New(cfg Config, opts Options) (*Server, error) {
 		// Bodies reach the handler as streams, read there (readBody), so that one over the
 		// limit is read to its end and answered 413 instead of the connection being closed on it.
 		StreamRequestBody: true,
-		Logger:            fasthttpLogger{log},
+		// In streaming mode fasthttp would read a multipart/form-data body whole before the
+		// handler, with no size check; no route takes forms, so they are bodies like any other.
+		DisablePreParseMultipartForm: true,
+		Logger:                       fasthttpLogger{log},
 	}
 	return s, nil
 }
@@ -241,41 +244,58 @@ func (s *Server) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 const drainBytes = 64 << 20
 
 // readBody makes the request's whole body, at most http.max_body_bytes, what ctx.PostBody()
-// returns, before any route runs; over the limit it answers 413 (400 for a malformed chunked
-// body) and reports false. The server streams bodies (StreamRequestBody) for two reasons. On its
-// own fasthttp closes the connection on a body over its limit with the rest unread, and a
-// connection closed with unread data is reset: a client still sending the body — Go's net/http
-// and Python's clients send it all before they read a reply — got "connection reset by peer"
-// instead of the 413 (a 20 MB body against the 8 MB default, 2 of 3 tries); so a body over the
-// limit is read to its end (up to drainBytes) and answered on a connection that closes after the
-// reply. And a body left unread in its stream would be parsed as the next request on a keep-alive
-// connection, so every route's body is read here, a 404's and a 405's too.
+// returns, before any route runs; otherwise it answers (413 over the limit, 400 for a body cut
+// short or malformed, 408 when reading it timed out) and reports false. The server streams bodies
+// (StreamRequestBody) for two reasons. On its own fasthttp closes the connection on a body over
+// its limit with the rest unread, and a connection closed with unread data is reset: a client
+// still sending the body — Go's net/http and Python's clients send it all before they read a
+// reply — got "connection reset by peer" instead of the 413 (a 20 MB body against the 8 MB
+// default, 2 of 3 tries); so a body over the limit is read to its end (up to drainBytes) and
+// answered on a connection that closes after the reply. And a body left unread in its stream would
+// be parsed as the next request on a keep-alive connection, so every route's body is read here, a
+// 404's and a 405's too. The stream is read here, not through ctx.PostBody(), which would hand a
+// failed read's error text to the route as the body and keep the connection, now out of step with
+// the client's framing, open for the rest of it to be parsed as a request.
 func (s *Server) readBody(ctx *fasthttp.RequestCtx, shape func(front.Failure) any) bool {
 	if !ctx.Request.IsBodyStream() {
 		return true
 	}
 	limit := s.cfg.MaxBodyBytes
-	if cl := ctx.Request.Header.ContentLength(); cl >= 0 && cl <= limit {
-		ctx.PostBody() // a known length within the limit: read the stream into the body
-		return true
-	}
-	// Chunked (no length) or a length over the limit: read one byte past the limit at most.
 	stream := ctx.RequestBodyStream()
-	b, err := io.ReadAll(io.LimitReader(stream, int64(limit)+1))
+	var b []byte
+	var err error
+	switch cl := ctx.Request.Header.ContentLength(); {
+	case cl > limit:
+		return s.refuseBody(ctx, shape, stream)
+	case cl >= 0:
+		b = make([]byte, cl)
+		_, err = io.ReadFull(stream, b)
+	default: // chunked: one byte past the limit at most
+		b, err = io.ReadAll(io.LimitReader(stream, int64(limit)+1))
+		if err == nil && len(b) > limit {
+			return s.refuseBody(ctx, shape, stream)
+		}
+	}
 	if err != nil {
 		ctx.SetConnectionClose()
-		s.writeError(ctx, shape, front.Failure{HTTPStatus: http.StatusBadRequest, Type: "invalid_request_error",
-			Message: "malformed request body: " + err.Error()})
+		f := front.Failure{HTTPStatus: http.StatusBadRequest, Type: "invalid_request_error", Message: "request body cut short or malformed: " + err.Error()}
+		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+			f = front.Failure{HTTPStatus: http.StatusRequestTimeout, Type: "timeout", Message: "timed out reading the request body"}
+		}
+		s.writeError(ctx, shape, f)
 		return false
 	}
-	if len(b) <= limit {
-		ctx.Request.SetBodyRaw(b)
-		return true
-	}
+	ctx.Request.SetBodyRaw(b)
+	return true
+}
+
+// refuseBody answers 413 to a body over the limit, after reading the rest of it (up to
+// drainBytes) so that the client, still sending, can read the reply; the connection then closes.
+func (s *Server) refuseBody(ctx *fasthttp.RequestCtx, shape func(front.Failure) any, stream io.Reader) bool {
 	_, _ = io.Copy(io.Discard, io.LimitReader(stream, drainBytes))
 	ctx.SetConnectionClose()
 	s.writeError(ctx, shape, front.Failure{HTTPStatus: http.StatusRequestEntityTooLarge, Type: "request_too_large",
-		Message: fmt.Sprintf("request body exceeds %d bytes", limit)})
+		Message: fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes)})
 	return false
 }
 

@@ -786,6 +786,74 @@ func TestUnreadBodiesDoNotLeakIntoTheNextRequest(t *testing.T) {
 	}
 }
 
+// TestBodyCutShortClosesTheConnection: a body whose read fails before its Content-Length is in
+// (the read timed out, or the client left) is answered 408 / 400 on a connection that then
+// closes. Handed to the route as a body (fasthttp puts the error's text there), it was scored
+// and answered 200, and the rest of the body, arriving later, was parsed as a request of its own
+// on the same connection.
+func TestBodyCutShortClosesTheConnection(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ReadTimeout = 300 * time.Millisecond
+	e := startServer(t, cfg, newFakeCore(), nil)
+	smuggled := "GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n"
+	const n = 40000
+	head := `{"query":"q","documents":["` + strings.Repeat("x", 20000)
+	tail := strings.Repeat("y", n-len(head)-len(smuggled)-3) + `"]}` + smuggled
+	for _, tc := range []struct {
+		name string
+		cut  func(net.Conn)
+		want int
+	}{
+		{"read timeout", func(c net.Conn) { time.Sleep(2 * cfg.ReadTimeout); _, _ = io.WriteString(c, tail) }, http.StatusRequestTimeout},
+		{"client left", func(c net.Conn) { _ = c.(*net.TCPConn).CloseWrite() }, http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.DialTimeout("tcp", e.addr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			fmt.Fprintf(conn, "POST /v1/rerank HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", n, head)
+			go tc.cut(conn)
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("reply: %v", err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.want || !resp.Close {
+				t.Fatalf("reply %d (close %v): %s; want %d and the connection closed", resp.StatusCode, resp.Close, b, tc.want)
+			}
+			if resp, err := http.ReadResponse(br, nil); err == nil {
+				t.Errorf("a second reply on the connection: %d (the body's rest parsed as a request)", resp.StatusCode)
+			}
+		})
+	}
+}
+
+// TestMultipartBodyOverTheLimit: a multipart/form-data body is held to http.max_body_bytes like
+// any other (fasthttp reads such a body whole before the handler unless told not to).
+func TestMultipartBodyOverTheLimit(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxBodyBytes = 64 << 10
+	e := startServer(t, cfg, newFakeCore(), nil)
+	var body bytes.Buffer
+	body.WriteString("--b\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\n")
+	body.WriteString(strings.Repeat("x", 1<<20))
+	body.WriteString("\r\n--b--\r\n")
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Post("http://"+e.addr+"/v1/rerank", "multipart/form-data; boundary=b", &body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("1 MB multipart body against a 64 KB limit: %d %s, want 413", resp.StatusCode, b)
+	}
+}
+
 // TestRequestOutlivesHandler checks that nothing the core keeps points into fasthttp's
 // per-connection buffers: the core keeps every request and returns at once (as a core does on a
 // deadline while its batches still run); later requests on the same keep-alive connections,
