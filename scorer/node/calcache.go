@@ -8,9 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -36,7 +38,12 @@ type calKey struct {
 	MoEPolicy   string `json:"moe_policy"`
 	Threads     int    `json:"threads"`
 	CPU         string `json:"cpu"`
+	CPUs        int    `json:"cpus"` // logical CPUs this process may use
 	Arch        string `json:"arch"`
+	// Build identifies the binary (buildID): new kernels in a new build are measured again.
+	Build string `json:"build"`
+	// Budget is calibration_budget: a longer budget times more passes, a better fit.
+	Budget string `json:"budget"`
 	// Design names the synthetic passes timed (calShapes, calRounds): a different design is a
 	// different measurement.
 	Design string `json:"design"`
@@ -64,23 +71,34 @@ var errCalibrationTooOld = errors.New("kept calibration is older than calibratio
 // this machine when there is one young enough, else passes timed now, kept for the next start
 // when they gave a fit. The error is ctx's, or an engine panic's (the node must not serve).
 func (n *Node) startCalibration(ctx context.Context, eng scorer.Engine) (calibration, error) {
-	key, keyed := calibrationKey(eng)
+	forward := func(ctx context.Context, gs []*scorer.Group) (scorer.ForwardStats, error) {
+		return n.sched.forward(ctx, eng, gs)
+	}
+	key, keyed := calibrationKey(eng, n.cfg.CalibrationBudget)
 	keep := keyed && n.cfg.CalibrationCache != ""
 	if keep {
 		cal, at, err := loadCalibration(n.cfg.CalibrationCache, key, n.cfg.CalibrationCacheMaxAge, n.sched.now())
 		switch {
 		case err == nil:
-			cal.KeptFrom = at
-			return cal, nil
+			werr := warmUp(ctx, eng, forward)
+			if err := ctx.Err(); err != nil {
+				return cal, err
+			}
+			if pe := (*enginePanic)(nil); errors.As(werr, &pe) {
+				return cal, werr
+			}
+			if werr == nil {
+				cal.KeptFrom = at
+				return cal, nil
+			}
+			n.log.Warn("warm-up pass failed; measuring again", "node_id", n.nodeID, "err", werr)
 		case errors.Is(err, errCalibrationTooOld):
 			n.log.Info("kept calibration too old; measuring again", "node_id", n.nodeID, "measured_at", at, "max_age", n.cfg.CalibrationCacheMaxAge)
 		case !errors.Is(err, errNoCalibration):
 			n.log.Warn("kept calibration not used; measuring again", "node_id", n.nodeID, "err", err)
 		}
 	}
-	cal := calibrate(ctx, eng, n.cfg.CalibrationBudget, n.sched.now, func(ctx context.Context, gs []*scorer.Group) (scorer.ForwardStats, error) {
-		return n.sched.forward(ctx, eng, gs)
-	})
+	cal := calibrate(ctx, eng, n.cfg.CalibrationBudget, n.sched.now, forward)
 	if err := ctx.Err(); err != nil {
 		return cal, err
 	}
@@ -97,7 +115,7 @@ func (n *Node) startCalibration(ctx context.Context, eng scorer.Engine) (calibra
 
 // calibrationKey is eng's key on this machine now; ok is false when the engine cannot say what
 // model it runs (no fingerprint), and nothing may then be kept or reused.
-func calibrationKey(eng scorer.Engine) (calKey, bool) {
+func calibrationKey(eng scorer.Engine, budget time.Duration) (calKey, bool) {
 	in := eng.Info()
 	k := calKey{
 		Fingerprint: in.Fingerprint,
@@ -106,7 +124,10 @@ func calibrationKey(eng scorer.Engine) (calKey, bool) {
 		MoEPolicy:   in.MoEPolicy,
 		Threads:     kernels.Threads(),
 		CPU:         cpuName(),
+		CPUs:        runtime.NumCPU(),
 		Arch:        runtime.GOARCH,
+		Build:       buildID(),
+		Budget:      budget.String(),
 		Design:      fmt.Sprint(calShapes, calRounds),
 	}
 	return k, k.Fingerprint != ""
@@ -180,6 +201,37 @@ func saveCalibration(dir string, k calKey, cal calibration, now time.Time) error
 		return fmt.Errorf("keep calibration: %w", err)
 	}
 	return nil
+}
+
+// buildID identifies the running binary: its Go version, module version and VCS revision, and,
+// for a build of modified sources or one without a revision, a hash of the executable itself
+// (tens of milliseconds for a binary of tens of MB, once per start).
+func buildID() string {
+	var id []string
+	clean := false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		id = append(id, bi.GoVersion, bi.Main.Version)
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				id = append(id, s.Value)
+			case "vcs.modified":
+				clean = s.Value == "false"
+			}
+		}
+	}
+	if !clean {
+		if exe, err := os.Executable(); err == nil {
+			if f, err := os.Open(exe); err == nil {
+				h := sha256.New()
+				if _, err := io.Copy(h, f); err == nil {
+					id = append(id, hex.EncodeToString(h.Sum(nil)[:8]))
+				}
+				f.Close()
+			}
+		}
+	}
+	return strings.Join(id, " ")
 }
 
 // cpuName is the CPU's model name (Linux: /proc/cpuinfo), or "" where it cannot be read; the

@@ -38,7 +38,7 @@ func startCalibrating(t *testing.T, dir, fp string) ([]int, *CostModelStatus) {
 }
 
 // TestCalibrationIsKeptAndReused: a node that calibrated keeps the fit; the next start of the
-// same model and settings runs no pass before it is ready and starts from the same coefficients,
+// same model and settings runs only a warm-up pass before it is ready and starts from the same coefficients,
 // saying when they were measured; another model measures its own.
 func TestCalibrationIsKeptAndReused(t *testing.T) {
 	dir := t.TempDir()
@@ -52,8 +52,8 @@ func TestCalibrationIsKeptAndReused(t *testing.T) {
 	}
 
 	passes, second := startCalibrating(t, dir, "model-a")
-	if len(passes) != 0 {
-		t.Errorf("second start ran %d passes before ready, want none (the kept calibration)", len(passes))
+	if len(passes) != 1 {
+		t.Errorf("second start ran %d passes before ready, want the warm-up alone (the kept calibration)", len(passes))
 	}
 	if second.Source != CostSourceCalibrated || second.A != first.A || second.B != first.B || second.C != first.C ||
 		second.CalibrationPasses != first.CalibrationPasses || second.CalibrationKeptFrom == "" {
@@ -112,7 +112,8 @@ func TestKeptCalibrationMeasuredAgain(t *testing.T) {
 	}
 }
 
-// TestKeptCalibrationRoundTrip: what is kept for a key reads back for that key alone.
+// TestKeptCalibrationRoundTrip: what is kept for a key reads back for that key alone (another
+// model, thread count, kernels, binary, budget or CPU count reads nothing).
 func TestKeptCalibrationRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	k := calKey{Fingerprint: "f", Kernels: "avx2", BF16Matmul: "auto", MoEPolicy: "auto", Threads: 1, CPU: "cpu", Arch: "amd64", Design: "d"}
@@ -136,6 +137,9 @@ func TestKeptCalibrationRoundTrip(t *testing.T) {
 		{Fingerprint: "g", Kernels: "avx2", BF16Matmul: "auto", MoEPolicy: "auto", Threads: 1, CPU: "cpu", Arch: "amd64", Design: "d"},
 		{Fingerprint: "f", Kernels: "avx2", BF16Matmul: "auto", MoEPolicy: "auto", Threads: 2, CPU: "cpu", Arch: "amd64", Design: "d"},
 		{Fingerprint: "f", Kernels: "avx512", BF16Matmul: "auto", MoEPolicy: "auto", Threads: 1, CPU: "cpu", Arch: "amd64", Design: "d"},
+		{Fingerprint: "f", Kernels: "avx2", BF16Matmul: "auto", MoEPolicy: "auto", Threads: 1, CPU: "cpu", Arch: "amd64", Design: "d", Build: "another binary"},
+		{Fingerprint: "f", Kernels: "avx2", BF16Matmul: "auto", MoEPolicy: "auto", Threads: 1, CPU: "cpu", Arch: "amd64", Design: "d", Budget: "10s"},
+		{Fingerprint: "f", Kernels: "avx2", BF16Matmul: "auto", MoEPolicy: "auto", Threads: 1, CPU: "cpu", CPUs: 64, Arch: "amd64", Design: "d"},
 	} {
 		if _, _, err := loadCalibration(dir, other, 0, now); !errors.Is(err, errNoCalibration) {
 			t.Errorf("key %+v: %v, want errNoCalibration (not the other key's)", other, err)

@@ -52,6 +52,26 @@ var calWords = strings.Fields("the of and to in a is that for it as was with be 
 	"into do any your what time can only other new some could these two may first then well also after made like " +
 	"price water home light power small black battery steel cotton size colour weight model phone case kitchen")
 
+// warmUp runs calibrate's warm-up pass alone, untimed: a node that starts from a kept
+// calibration still pays a first pass's one-off costs (weights paged in, the activation arena
+// grown) before it reports ready, and an engine that cannot run a pass fails its start as a
+// calibrating node's does.
+func warmUp(ctx context.Context, eng scorer.Engine, forward func(context.Context, []*scorer.Group) (scorer.ForwardStats, error)) error {
+	rng := rand.New(rand.NewPCG(calSeed, calSeed))
+	doc, err := calDocTokens(eng, rng)
+	if err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	g, err := calGroup(eng, rng, doc, calShapes[0], 0, eng.Info().MaxTokens)
+	if err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	if _, err := forward(ctx, []*scorer.Group{g}); err != nil {
+		return fmt.Errorf("warm-up pass: %w", err)
+	}
+	return nil
+}
+
 // calibrate times forward passes of eng on synthetic prompts of the calShapes, round after round,
 // until calRounds are done or the budget is spent, and fits the cost formula to them
 // (costmodel.Fit). The first pass, the tiny shape, is a warm-up and not fitted (first-touch
