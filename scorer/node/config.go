@@ -86,9 +86,9 @@ type Config struct {
 	CalibrationBudget time.Duration `yaml:"calibration_budget"`
 	// CalibrationCache is a folder where the start-up calibration's fit is kept, and reused at the
 	// next start of a node with the same model fingerprint, kernels, bf16 matmul mode, MoE policy,
-	// thread count and CPU instead of timing passes again: a node restarted after a crash, a
-	// rolling update of its settings or `make run` is ready a calibration budget sooner. The node
-	// learns from every pass either way. "" keeps nothing.
+	// thread count, calibration budget, CPU and binary instead of timing passes again (one
+	// warm-up pass still runs): a node restarted after a crash or `make run` is ready a
+	// calibration budget sooner. The node learns from every pass either way. "" keeps nothing.
 	CalibrationCache string `yaml:"calibration_cache"`
 	// CalibrationCacheMaxAge is the oldest kept calibration reused; older ones are measured again
 	// (and replaced). 0 means any age.
