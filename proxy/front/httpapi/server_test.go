@@ -627,16 +627,24 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-// rawPost writes a request with a body of n bytes on a fresh connection, ignoring write errors
-// (the server may answer and close before the body is through), and reads the reply.
-func rawPost(t testing.TB, addr, path string, n int, chunked bool) reply {
+// dialRaw opens a TCP connection to addr for a hand-written request, closed when the test ends,
+// with a 10 s deadline on everything it reads and writes.
+func dialRaw(t testing.TB, addr string) net.Conn {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	return conn
+}
+
+// rawPost writes a request with a body of n bytes on a fresh connection, ignoring write errors
+// (the server may answer and close before the body is through), and reads the reply.
+func rawPost(t testing.TB, addr, path string, n int, chunked bool) reply {
+	t.Helper()
+	conn := dialRaw(t, addr)
 	body := bytes.Repeat([]byte("x"), n)
 	go func() {
 		if chunked {
@@ -756,12 +764,7 @@ func TestUnreadBodiesDoNotLeakIntoTheNextRequest(t *testing.T) {
 		{"no route, chunked", "POST", "/v1/nope", true, 404},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			conn, err := net.DialTimeout("tcp", e.addr, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			conn := dialRaw(t, e.addr)
 			var req bytes.Buffer
 			if tc.chunked {
 				fmt.Fprintf(&req, "%s %s HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", tc.method, tc.path, len(big), big)
@@ -808,12 +811,7 @@ func TestBodyCutShortClosesTheConnection(t *testing.T) {
 		{"client left", func(c net.Conn) { _ = c.(*net.TCPConn).CloseWrite() }, http.StatusBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			conn, err := net.DialTimeout("tcp", e.addr, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			conn := dialRaw(t, e.addr)
 			fmt.Fprintf(conn, "POST /v1/rerank HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", n, head)
 			go tc.cut(conn)
 			br := bufio.NewReader(conn)
