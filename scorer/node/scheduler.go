@@ -364,8 +364,9 @@ func (s *scheduler) run(eng scorer.Engine) {
 }
 
 // breakDown takes the node out of service after the engine panicked: the engine's state (its
-// prefix cache above all) can no longer be trusted, so no pass runs again. Queued jobs fail
-// with UNAVAILABLE (the proxy retries them elsewhere) and onBroken reports it.
+// prefix cache above all) can no longer be trusted, so no pass runs again. onBroken reports it
+// first, then the queued jobs fail with UNAVAILABLE (the proxy retries them elsewhere): a caller
+// told the node is out of service finds its health and readiness already saying so.
 func (s *scheduler) breakDown() {
 	s.mu.Lock()
 	err := s.broken
@@ -374,11 +375,11 @@ func (s *scheduler) breakDown() {
 	s.queuedCost, s.queuedTokens = 0, 0
 	s.broadcastLocked()
 	s.mu.Unlock()
-	for _, j := range left {
-		j.done <- passResult{err: brokenStatus(err)}
-	}
 	if s.onBroken != nil {
 		s.onBroken(err)
+	}
+	for _, j := range left {
+		j.done <- passResult{err: brokenStatus(err)}
 	}
 }
 
