@@ -91,9 +91,9 @@ type Nodes struct {
 	MaxTokens int `yaml:"max_tokens"`
 	// MoEPolicy is threshold, auto or fixed:<blockM>; "" leaves the scorer's default.
 	MoEPolicy string `yaml:"moe_policy"`
-	// CalibrationCache is the real nodes' calibration_cache folder (a node restarted with the
-	// same model and settings reuses its start-up calibration); "" leaves the scorer's default
-	// (none).
+	// CalibrationCache is the nodes' calibration_cache folder (a real node restarted with the
+	// same model and settings reuses its start-up calibration; an emulated node never calibrates);
+	// "" leaves the scorer's default (none).
 	CalibrationCache string `yaml:"calibration_cache"`
 	// Args are extra flags for every node.
 	Args []string `yaml:"args"`
@@ -402,7 +402,7 @@ func (c *Cluster) StartNodes(ctx context.Context) error {
 		if n.MoEPolicy != "" {
 			args = append(args, "--moe-policy", n.MoEPolicy)
 		}
-		if n.CalibrationCache != "" && n.Engine != "emulated" {
+		if n.CalibrationCache != "" {
 			args = append(args, "--calibration-cache", n.CalibrationCache)
 		}
 		args = append(args, n.Args...)

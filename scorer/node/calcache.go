@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/internal/atomicfile"
 	"github.com/relevance-scoring/relevance/kernels"
 	"github.com/relevance-scoring/relevance/scorer"
 )
@@ -172,8 +173,8 @@ func loadCalibration(dir string, k calKey, maxAge time.Duration, now time.Time) 
 	return cal, e.MeasuredAt, nil
 }
 
-// saveCalibration keeps cal, measured at now, in dir for k: written to a temporary file and
-// renamed, so that nodes starting together never read half a file.
+// saveCalibration keeps cal, measured at now, in dir for k, atomically: nodes starting together
+// never read half a file.
 func saveCalibration(dir string, k calKey, cal calibration, now time.Time) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("keep calibration: %w", err)
@@ -183,21 +184,10 @@ func saveCalibration(dir string, k calKey, cal calibration, now time.Time) error
 	if err != nil {
 		return fmt.Errorf("keep calibration: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, ".calibration-*")
-	if err != nil {
-		return fmt.Errorf("keep calibration: %w", err)
-	}
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return fmt.Errorf("keep calibration: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("keep calibration: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), k.path(dir)); err != nil {
-		os.Remove(tmp.Name())
+	if err := atomicfile.Write(k.path(dir), func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	}); err != nil {
 		return fmt.Errorf("keep calibration: %w", err)
 	}
 	return nil

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"sort"
+
+	"github.com/relevance-scoring/relevance/internal/atomicfile"
 )
 
 // WriteTensor is one tensor to write: raw little-endian values of DType.
@@ -95,25 +95,15 @@ func Write(w io.Writer, tensors []WriteTensor, metadata map[string]string) error
 // it into place, so a process that has the old file memory-mapped keeps its (now unlinked) copy
 // instead of faulting on a file truncated under it.
 func WriteFile(path string, tensors []WriteTensor, metadata map[string]string) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
+	var werr error // Write's own error, already wrapped
+	err := atomicfile.Write(path, func(w io.Writer) error {
+		werr = Write(w, tensors, metadata)
+		return werr
+	})
+	if err != nil && err != werr {
 		return fmt.Errorf("write safetensors: %w", err)
 	}
-	tmp := f.Name()
-	if err := Write(f, tensors, metadata); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write safetensors: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write safetensors: %w", err)
-	}
-	return nil
+	return err
 }
 
 // F32ToF16 narrows f32 to IEEE half-precision bits, rounding to nearest even; values beyond the
