@@ -428,6 +428,30 @@ func TestDeadlineExceeded(t *testing.T) {
 	}
 }
 
+// A call still running when the request's deadline passes ends DeadlineExceeded, never Canceled,
+// whichever of the request's and the call's timers fires first: taken for a caller's cancel, a
+// node hung far past its expected time would go uncounted about half the time.
+func TestEveryDeadlinePassedOnAHungNodeCountsAgainstIt(t *testing.T) {
+	nodes := startNodes(t, 1, fakenode.Options{})
+	cfg := testConfig(nodes.Addrs())
+	cfg.Breaker.ConsecutiveFailures = 1000
+	cfg.Admission.Disabled = true
+	p, _ := startProxy(t, cfg)
+	score(t, p, makeRequest(1, 1))
+	nodes[0].SetHang(true)
+	const requests = 12
+	for i := range requests {
+		req := makeRequest(1, uint64(i+2))
+		req.TimeoutMs = 60
+		if _, err := p.Score(context.Background(), req); status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("request %d on a hung node: %v, want DeadlineExceeded", i, err)
+		}
+		if s := nodeStatus(t, p, nodes[0].Addr()); s.Errors != int64(i+1) {
+			t.Fatalf("after %d requests past their deadline on a hung node, %d node errors", i+1, s.Errors)
+		}
+	}
+}
+
 func TestCallerDeadlineOnSlowNodeNotCounted(t *testing.T) {
 	nodes := startNodes(t, 1, fakenode.Options{Latency: func(fakenode.Batch) time.Duration { return 60 * time.Millisecond }})
 	cfg := testConfig(nodes.Addrs())

@@ -328,7 +328,16 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 	}
 	c1, cancelOnly := context.WithCancel(c1)
 	cancel1 := func() { cancelOnly(); cancelDL() }
-	follow := context.AfterFunc(ctx, cancel1)
+	follow := context.AfterFunc(ctx, func() {
+		if _, ok := ctx.Deadline(); ok && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// c1 has the same deadline and expires on its own as DeadlineExceeded. Cancelled
+			// here instead (whichever timer fires first), the call would end Canceled and be
+			// taken for the caller's doing: a node hung past the request's deadline would go
+			// uncounted about half the time.
+			return
+		}
+		cancel1()
+	})
 	lingers := false
 	defer func() {
 		if !lingers {
