@@ -1,12 +1,15 @@
 package faults
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+
+	"github.com/relevance-scoring/relevance/bench/workload"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -251,5 +254,44 @@ func TestCounterDeltas(t *testing.T) {
 	// A proxy restarted in between: counters went back; nothing is reported.
 	if got := counterDeltas(after, before); got != "" {
 		t.Errorf("after a restart: %q, want nothing", got)
+	}
+}
+
+// The scenarios judged against the baseline replay its arrivals and requests, each with queries
+// no cache has seen; every other load draws fresh ones.
+func TestPairedLoadsReplayTheBaselinesRequestsUnderNewQueries(t *testing.T) {
+	spec, err := workload.Load("../../configs/workloads/compare.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{o: Options{Seed: 5}, seed: 5}
+	base, baseArr, err := e.loadPlan(15, 10*time.Second, true, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, freshArr, err := e.loadPlan(15, 10*time.Second, false, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, againArr, err := e.loadPlan(15, 10*time.Second, true, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if baseArr != againArr || freshArr == baseArr {
+		t.Errorf("arrival seeds: paired %d and %d, fresh %d; want the paired equal, the fresh apart", baseArr, againArr, freshArr)
+	}
+	if base.Len() != again.Len() || base.Len() < 150 {
+		t.Fatalf("paired traces of %d and %d requests", base.Len(), again.Len())
+	}
+	for i := range base.Len() {
+		b, a := base.At(i), again.At(i)
+		bq, ok1 := strings.CutPrefix(b.Query, "r01 ")
+		aq, ok2 := strings.CutPrefix(a.Query, "r02 ")
+		if !ok1 || !ok2 || bq != aq || !slices.Equal(b.Items, a.Items) {
+			t.Fatalf("request %d: %q %q and %q %q; want the same request under the prefixes r01, r02", i, b.Query, b.Items, a.Query, a.Items)
+		}
+		if i == 0 && slices.Equal(fresh.At(0).Items, b.Items) {
+			t.Errorf("a fresh load replays the paired trace")
+		}
 	}
 }

@@ -94,7 +94,7 @@ func runMemory(ctx context.Context, e *env, r *Result) error {
 	rec := &recorder{}
 	defer rec.close()
 	t0 := time.Now()
-	lr, err := e.startLoad(ctx, rec, 0.5, e.d.memory, false, spec)
+	lr, err := e.startLoad(ctx, rec, 0.5, e.d.memory, false, false, spec)
 	if err != nil {
 		return err
 	}

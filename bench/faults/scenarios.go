@@ -75,11 +75,12 @@ func selectScenarios(names []string) ([]scenario, error) {
 	return out, nil
 }
 
-// steady runs load at share of capacity for d over HTTP and returns the recorder and the start.
-func (e *env) steady(ctx context.Context, share float64, d time.Duration, during func(t0 time.Time, rec *recorder)) (*recorder, time.Time, error) {
+// steady runs load at share of capacity for d over HTTP and returns the recorder and the start;
+// paired: the paired load (see startLoad), for the scenarios judged against the baseline.
+func (e *env) steady(ctx context.Context, share float64, d time.Duration, paired bool, during func(t0 time.Time, rec *recorder)) (*recorder, time.Time, error) {
 	rec := &recorder{}
 	t0 := time.Now()
-	lr, err := e.startLoad(ctx, rec, share, d, false, e.o.Workload)
+	lr, err := e.startLoad(ctx, rec, share, d, false, paired, e.o.Workload)
 	if err != nil {
 		rec.close()
 		return nil, t0, err
@@ -123,7 +124,7 @@ func failureDetails(calls []call, ref time.Time, refName string, n int) []string
 func runBaseline(ctx context.Context, e *env, r *Result) error {
 	var before nodeWork
 	var from time.Time
-	rec, t0, err := e.steady(ctx, 0.7, e.d.load, func(t0 time.Time, _ *recorder) {
+	rec, t0, err := e.steady(ctx, 0.7, e.d.load, true, func(t0 time.Time, _ *recorder) {
 		sleep(ctx, time.Until(t0.Add(e.d.warmup)))
 		from, before = time.Now(), e.nodeWork(ctx)
 	})
@@ -224,7 +225,7 @@ func runSigkill(ctx context.Context, e *env, r *Result) error {
 	var tKill time.Time
 	var killErr error
 	nd := e.node(i)
-	rec, t0, err := e.steady(ctx, 0.7, e.d.load, func(t0 time.Time, rec *recorder) {
+	rec, t0, err := e.steady(ctx, 0.7, e.d.load, false, func(t0 time.Time, rec *recorder) {
 		sleep(ctx, time.Until(t0.Add(e.d.warmup+e.d.killAt)))
 		tKill = time.Now()
 		if killErr = syscall.Kill(nd.Pid(), syscall.SIGKILL); killErr != nil {
@@ -347,7 +348,7 @@ func slow(factor float64, k int) func(ctx context.Context, e *env, r *Result) er
 		var faultErr error
 		var tFault time.Time
 		var w ejectionWatch
-		rec, t0, err := e.steady(ctx, 0.7, e.d.load, func(t0 time.Time, rec *recorder) {
+		rec, t0, err := e.steady(ctx, 0.7, e.d.load, true, func(t0 time.Time, rec *recorder) {
 			sleep(ctx, time.Until(t0.Add(e.d.warmup)))
 			tFault = time.Now()
 			if faultErr = e.setFault(ctx, nd, fmt.Sprintf(`{"slowdown":%g}`, factor)); faultErr != nil {
@@ -392,7 +393,7 @@ func runSigstop(ctx context.Context, e *env, r *Result) error {
 	var sigErr error
 	var tFault time.Time
 	var w ejectionWatch
-	rec, t0, err := e.steady(ctx, 0.7, e.d.load, func(t0 time.Time, rec *recorder) {
+	rec, t0, err := e.steady(ctx, 0.7, e.d.load, true, func(t0 time.Time, rec *recorder) {
 		sleep(ctx, time.Until(t0.Add(e.d.warmup)))
 		end := t0.Add(e.d.load)
 		tFault = time.Now()
@@ -442,11 +443,11 @@ func overload(grpc bool) func(ctx context.Context, e *env, r *Result) error {
 		rec := &recorder{}
 		defer rec.close()
 		t0 := time.Now()
-		a, err := e.startLoad(ctx, rec, 1.5, e.d.overload, grpc, e.o.Workload)
+		a, err := e.startLoad(ctx, rec, 1.5, e.d.overload, grpc, false, e.o.Workload)
 		if err != nil {
 			return err
 		}
-		b, err := e.startLoad(ctx, rec, 0.5, e.d.overload+e.d.after, grpc, e.o.Workload)
+		b, err := e.startLoad(ctx, rec, 0.5, e.d.overload+e.d.after, grpc, false, e.o.Workload)
 		if err != nil {
 			_ = a.wait()
 			return err
@@ -513,7 +514,7 @@ func runSigtermNode(ctx context.Context, e *env, r *Result) error {
 	nd := e.node(i)
 	var tSig, tExit time.Time
 	var sigErr error
-	rec, t0, err := e.steady(ctx, 0.7, e.d.short, func(t0 time.Time, rec *recorder) {
+	rec, t0, err := e.steady(ctx, 0.7, e.d.short, false, func(t0 time.Time, rec *recorder) {
 		sleep(ctx, time.Until(t0.Add(e.d.warmup+e.d.short/4)))
 		waitInflight(ctx, rec, 2)
 		tSig = time.Now()
@@ -585,11 +586,11 @@ func runSigtermProxy(ctx context.Context, e *env, r *Result) error {
 	lctx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	t0 := time.Now()
-	a, err := e.startLoad(lctx, rec, 0.35, e.d.short, false, e.o.Workload)
+	a, err := e.startLoad(lctx, rec, 0.35, e.d.short, false, false, e.o.Workload)
 	if err != nil {
 		return err
 	}
-	b, err := e.startLoad(lctx, rec, 0.35, e.d.short, true, e.o.Workload)
+	b, err := e.startLoad(lctx, rec, 0.35, e.d.short, true, false, e.o.Workload)
 	if err != nil {
 		stopLoad()
 		_ = a.wait()

@@ -17,6 +17,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -278,6 +279,19 @@ func New(s Spec, seed uint64) (*Trace, error) {
 		t.reqs[i] = generate(s, seed, uint64(i))
 	}
 	return t, nil
+}
+
+// WithQueryPrefix returns a copy of t whose every query starts with p: the same requests, sizes,
+// repeats and order, yet new to every cache keyed by the query (a proxy's score cache, a node's
+// prefix cache). A prefix rather than a suffix, so that a cache sharing token prefixes finds
+// nothing of the original queries either. Replays of one trace with prefixes of one token length
+// (e.g. "r01 ", "r02 ") put the same work on the nodes.
+func (t *Trace) WithQueryPrefix(p string) *Trace {
+	out := &Trace{spec: t.spec, reqs: slices.Clone(t.reqs)}
+	for i := range out.reqs {
+		out.reqs[i].Query = p + out.reqs[i].Query
+	}
+	return out
 }
 
 // Len is the number of distinct requests.

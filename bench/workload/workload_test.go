@@ -205,3 +205,18 @@ func TestRepeatedItemsOfPopularQueries(t *testing.T) {
 		t.Errorf("repeat_items_share 0.7, catalogues of 16: only %d of %d pairs repeated", rep, total)
 	}
 }
+
+func TestQueryPrefixLeavesTheTraceAlone(t *testing.T) {
+	tr, err := New(Small(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := tr.At(0).Query
+	p := tr.WithQueryPrefix("r07 ")
+	if got := p.At(0).Query; got != "r07 "+before {
+		t.Errorf("prefixed query %q, want %q", got, "r07 "+before)
+	}
+	if tr.At(0).Query != before || p.Len() != tr.Len() {
+		t.Errorf("the original trace changed: %q (was %q), or lengths %d and %d", tr.At(0).Query, before, p.Len(), tr.Len())
+	}
+}

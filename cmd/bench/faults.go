@@ -23,7 +23,10 @@ func runFaults(args []string) error {
 	fs := cli.NewFlagSet("bench", "faults", "[--scenarios a,b] [--quick] [--out DIR] [flags]\n\n"+
 		"Starts a local cluster (scorer nodes with --fault-injection, a proxy with its defaults), measures its capacity\n"+
 		"with a closed-loop probe and runs the fault scenarios, each bounded in time, each PASS, FAIL or SKIP:\n  "+
-		strings.Join(faults.Names(), ", ")+"\nExit status 1 when a scenario fails.")
+		strings.Join(faults.Names(), ", ")+"\n"+
+		"The scenarios judged against the baseline's p99 (slow10, slow3, sigstop) replay the baseline's arrivals and\n"+
+		"requests, under queries of their own, so that the comparison is not the luck of two Poisson draws.\n"+
+		"Exit status 1 when a scenario fails.")
 	nodes := fs.Int("nodes", 8, "number of scorer nodes")
 	engine := fs.String("engine", "emulated", "node engine: emulated (sleeps per --cost-profile) or real (the model and threads of --cluster-config)")
 	profile := fs.String("cost-profile", "bench/results/profile-small-auto.json", "cost profile of the emulated nodes")
