@@ -7,9 +7,10 @@
 // criteria stated beside them (Result.Criteria).
 //
 // Load is open-loop (Poisson, package load) at a share of the measured capacity. Every load
-// scenario draws fresh requests (its own trace seed, a trace as long as the run), so no request is
-// sent twice and no cache between the client and the nodes (the proxy's score cache) answers in
-// the nodes' place. Faults are injected through the nodes' /debug/fault hook (scorer serve
+// scenario draws fresh requests (its own trace seed, a trace as long as the run), except those
+// judged against the baseline's p99, which replay the baseline's (see startLoad) under queries of
+// their own; either way no request is sent twice and no cache between the client and the nodes
+// (the proxy's score cache) answers in the nodes' place. Faults are injected through the nodes' /debug/fault hook (scorer serve
 // --fault-injection) and with signals to the children's process ids; the cluster's supervisor
 // restarts a node that exits. A node a scenario has made slow or stopped is restarted afterwards
 // (SIGTERM; the supervisor brings it back), so that what it learned of its own speed does not
