@@ -96,6 +96,46 @@ func (r *MoERunner) Calibrate(experts []Expert, budget time.Duration) (MoECostTa
 	return m, nil
 }
 
+// MoEShape is the shape a cost table is measured for: a layer's hidden size, expert width and
+// weight type.
+type MoEShape struct {
+	Hidden, Inter int
+	DType         DType
+}
+
+// MoECostTableStore keeps measured cost tables beyond the process (a scorer node's calibration
+// cache), so that a restart on the same machine need not measure them again. Load returns a table
+// kept for shape on this machine and build; Save keeps one just measured. Implementations must be
+// safe for concurrent use.
+type MoECostTableStore interface {
+	Load(shape MoEShape) (MoECostTable, bool)
+	Save(shape MoEShape, c MoECostTable)
+}
+
+// CalibrateKept is Calibrate with a store: a valid table kept there for the layer's shape is
+// installed instead of measured (kept reports it), and a table measured now is saved there. A nil
+// store is Calibrate.
+func (r *MoERunner) CalibrateKept(experts []Expert, budget time.Duration, store MoECostTableStore) (c MoECostTable, kept bool, err error) {
+	if store == nil {
+		c, err = r.Calibrate(experts, budget)
+		return c, false, err
+	}
+	sh, err := expertShape(experts, -1)
+	if err != nil {
+		return MoECostTable{}, false, fmt.Errorf("calibrate moe: %w", err)
+	}
+	shape := MoEShape{Hidden: sh.hidden, Inter: sh.inter, DType: sh.dtype}
+	if c, ok := store.Load(shape); ok && c.Validate() == nil {
+		r.SetCostTable(sh.hidden, sh.inter, sh.dtype, c)
+		return c, true, nil
+	}
+	if c, err = r.Calibrate(experts, budget); err != nil {
+		return c, false, err
+	}
+	store.Save(shape, c)
+	return c, false, nil
+}
+
 // Choose returns the variant the policy picks for experts with the given routed row counts.
 // Under PolicyAuto without a cost table for the shape it measures one first (see Calibrate).
 func (r *MoERunner) Choose(experts []Expert, counts []int) (MoEVariant, error) {

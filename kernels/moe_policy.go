@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -181,6 +182,26 @@ type MoECostTable struct {
 	RowGranule              int
 	// ItemRows is the exact variant's work-item height (exactItemRows); 0 means exactChunkRows.
 	ItemRows int
+}
+
+// Validate reports whether c can be a measured table: every tile time positive and finite, the
+// exact variant's item and row times finite, not negative and not both zero (the fit clamps
+// either at zero), the granule and item height not negative. A table read back from a file may
+// be anything.
+func (c MoECostTable) Validate() error {
+	finite := func(x float64) bool { return x >= 0 && !math.IsInf(x, 0) }
+	for v, t := range c.TileSeconds {
+		if !(t > 0) || !finite(t) {
+			return fmt.Errorf("moe cost table: tile of variant %s takes %g s", MoEVariant(v), t)
+		}
+	}
+	if !finite(c.ItemSeconds) || !finite(c.RowSeconds) || !(c.ItemSeconds+c.RowSeconds > 0) {
+		return fmt.Errorf("moe cost table: item %g s, row %g s", c.ItemSeconds, c.RowSeconds)
+	}
+	if c.RowGranule < 0 || c.ItemRows < 0 {
+		return fmt.Errorf("moe cost table: row granule %d, item rows %d", c.RowGranule, c.ItemRows)
+	}
+	return nil
 }
 
 func (c *MoECostTable) itemRows() int {

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -392,6 +393,85 @@ func TestCalibrate(t *testing.T) {
 	}
 	if _, err := r.Calibrate([]Expert{{}}, time.Millisecond); err == nil {
 		t.Error("calibrating experts without weights: no error")
+	}
+}
+
+// memTables is a MoECostTableStore in memory that counts its saves.
+type memTables struct {
+	mu     sync.Mutex
+	tables map[MoEShape]MoECostTable
+	saves  int
+}
+
+func (m *memTables) Load(s MoEShape) (MoECostTable, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.tables[s]
+	return c, ok
+}
+
+func (m *memTables) Save(s MoEShape, c MoECostTable) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tables[s] = c
+	m.saves++
+}
+
+// A table kept for the layer's shape is installed instead of measured; one measured is kept; a
+// kept table that is not a valid measurement is measured again.
+func TestCalibrateKeptReusesAValidKeptTable(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	experts := randExperts(t, rng, 3, 16, 8, BF16)
+	store := &memTables{tables: map[MoEShape]MoECostTable{}}
+	shape := MoEShape{Hidden: 16, Inter: 8, DType: BF16}
+
+	measured, kept, err := NewMoERunner(MoEPolicy{Kind: PolicyAuto}).CalibrateKept(experts, 20*time.Millisecond, store)
+	if err != nil || kept {
+		t.Fatalf("first start: kept %v, err %v; want measured", kept, err)
+	}
+	if got, ok := store.Load(shape); !ok || got != measured || store.saves != 1 {
+		t.Fatalf("store holds %+v (%v) after %d saves; want the measured %+v once", got, ok, store.saves, measured)
+	}
+
+	r := NewMoERunner(MoEPolicy{Kind: PolicyAuto})
+	got, kept, err := r.CalibrateKept(experts, 20*time.Millisecond, store)
+	if err != nil || !kept || got != measured || store.saves != 1 {
+		t.Fatalf("second start: %+v, kept %v, err %v, saves %d; want the kept table, nothing saved", got, kept, err, store.saves)
+	}
+	if c, ok := r.CostTable(16, 8, BF16); !ok || c != measured {
+		t.Errorf("runner's table %+v (%v), want the kept one", c, ok)
+	}
+
+	bad := measured
+	bad.TileSeconds[0] = math.NaN()
+	store.Save(shape, bad)
+	got, kept, err = NewMoERunner(MoEPolicy{Kind: PolicyAuto}).CalibrateKept(experts, 20*time.Millisecond, store)
+	if err != nil || kept || got.Validate() != nil || store.saves != 3 {
+		t.Errorf("an invalid kept table: %+v, kept %v, err %v, saves %d; want measured again and kept", got, kept, err, store.saves)
+	}
+}
+
+func TestCostTableValidate(t *testing.T) {
+	good := MoECostTable{ItemSeconds: 1e-4, RowSeconds: 0, RowGranule: 1, ItemRows: 32}
+	for v := range good.TileSeconds {
+		good.TileSeconds[v] = 1e-3
+	}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("a measured-like table: %v", err)
+	}
+	for name, mutate := range map[string]func(*MoECostTable){
+		"zero tile":        func(c *MoECostTable) { c.TileSeconds[1] = 0 },
+		"infinite tile":    func(c *MoECostTable) { c.TileSeconds[0] = math.Inf(1) },
+		"NaN item":         func(c *MoECostTable) { c.ItemSeconds = math.NaN() },
+		"negative row":     func(c *MoECostTable) { c.RowSeconds = -1 },
+		"no exact cost":    func(c *MoECostTable) { c.ItemSeconds, c.RowSeconds = 0, 0 },
+		"negative granule": func(c *MoECostTable) { c.RowGranule = -16 },
+	} {
+		c := good
+		mutate(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: %+v validated", name, c)
+		}
 	}
 }
 

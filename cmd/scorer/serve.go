@@ -179,16 +179,21 @@ func engineLoader(cfg node.Config, reg prometheus.Registerer, log *slog.Logger) 
 		// model.Load takes no context: let a shutdown during a long load return at once (the
 		// process is exiting; the load's goroutine ends with it).
 		ch := make(chan result, 1)
+		opt := model.Options{
+			MaxTokens:        cfg.MaxTokens,
+			Threads:          cfg.Threads,
+			MoEPolicy:        cfg.MoEPolicy,
+			BF16Matmul:       cfg.BF16Matmul,
+			PrefixCacheBytes: cfg.PrefixCacheBytes,
+			Registerer:       reg,
+			Cost:             cfg.Cost,
+		}
+		if cfg.CalibrationCache != "" {
+			// The MoE kernel policy's cost table is kept beside the calibrations.
+			opt.MoECostTables = node.NewKeptMoECostTables(cfg.CalibrationCache, cfg.CalibrationCacheMaxAge, log)
+		}
 		go func() {
-			e, err := model.Load(cfg.Model, model.Options{
-				MaxTokens:        cfg.MaxTokens,
-				Threads:          cfg.Threads,
-				MoEPolicy:        cfg.MoEPolicy,
-				BF16Matmul:       cfg.BF16Matmul,
-				PrefixCacheBytes: cfg.PrefixCacheBytes,
-				Registerer:       reg,
-				Cost:             cfg.Cost,
-			})
+			e, err := model.Load(cfg.Model, opt)
 			ch <- result{e, err}
 		}()
 		select {

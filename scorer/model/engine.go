@@ -68,6 +68,10 @@ type Options struct {
 	// Registerer receives the prefix cache's metrics (relevance_scorer_prefix_cache_*); nil
 	// registers none.
 	Registerer prometheus.Registerer
+	// MoECostTables, when set, keeps the auto policy's cost tables between starts: a table kept
+	// for this machine is used instead of measured (about a third of a second of a start), and
+	// one measured is kept. Nil measures at every Load.
+	MoECostTables kernels.MoECostTableStore
 	// Cost is the engine's cost prior (CostPrior), measured elsewhere (`bench calibrate`); zero
 	// means a guess from the model's shape (see shapeCost), which a node replaces at start-up by
 	// timing passes of its own.
@@ -153,12 +157,13 @@ func Load(dir string, opt Options) (*Engine, error) {
 			return nil, fmt.Errorf("load model: %w", err)
 		}
 	}
-	// The auto policy needs a cost table per expert shape; measure it now rather than on the
-	// first request (every sparse layer of these models has the same shape).
+	// The auto policy needs a cost table per expert shape; measure it now (or take the one kept
+	// for this machine) rather than on the first request (every sparse layer of these models has
+	// the same shape).
 	if policy.Kind == kernels.PolicyAuto {
 		for _, l := range m.Layers {
 			if l.Sparse {
-				if _, err := runner.Calibrate(l.Experts, time.Second); err != nil {
+				if _, _, err := runner.CalibrateKept(l.Experts, time.Second, opt.MoECostTables); err != nil {
 					ck.Close()
 					return nil, fmt.Errorf("load model: %w", err)
 				}

@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/relevance-scoring/relevance/costmodel"
@@ -196,7 +198,7 @@ func saveCalibration(dir string, k calKey, cal calibration, now time.Time) error
 // buildID identifies the running binary: its Go version, module version and VCS revision, and,
 // for a build of modified sources or one without a revision, a hash of the executable itself
 // (tens of milliseconds for a binary of tens of MB, once per start).
-func buildID() string {
+var buildID = sync.OnceValue(func() string {
 	var id []string
 	clean := false
 	if bi, ok := debug.ReadBuildInfo(); ok {
@@ -222,7 +224,7 @@ func buildID() string {
 		}
 	}
 	return strings.Join(id, " ")
-}
+})
 
 // cpuName is the CPU's model name (Linux: /proc/cpuinfo), or "" where it cannot be read; the
 // key's kernels and thread count still tell machines apart then.
@@ -239,4 +241,110 @@ func cpuName() string {
 		}
 	}
 	return ""
+}
+
+// Kept MoE cost tables. A MoE model's auto kernel policy times its expert GEMM variants when the
+// model loads (about a third of a second of a restart on the small model, on top of the ~0.6 s
+// load), before any calibration: the table depends on the machine, the kernels and the layer's
+// shape, not on the model's weights, so it is kept in the same folder as calibrations under a key
+// of those.
+
+// moeKey is what a MoE cost table's timings depend on.
+type moeKey struct {
+	Hidden     int    `json:"hidden"`
+	Inter      int    `json:"inter"`
+	DType      string `json:"dtype"`
+	Kernels    string `json:"kernels"`
+	BF16Matmul string `json:"bf16_matmul"`
+	Threads    int    `json:"threads"`
+	CPU        string `json:"cpu"`
+	CPUs       int    `json:"cpus"`
+	Arch       string `json:"arch"`
+	Build      string `json:"build"`
+}
+
+// moeEntry is one kept MoE cost table, as written to its file.
+type moeEntry struct {
+	Key        moeKey               `json:"key"`
+	Table      kernels.MoECostTable `json:"table"`
+	MeasuredAt time.Time            `json:"measured_at"`
+}
+
+// KeptMoECostTables is a kernels.MoECostTableStore over a calibration_cache folder: model.Load
+// takes a table kept there for this machine, kernels, thread count and build, at most maxAge old
+// (0: any age), instead of measuring one, and keeps the one it measures. Safe for concurrent use
+// (each call reads or writes its own file, atomically).
+type KeptMoECostTables struct {
+	dir    string
+	maxAge time.Duration
+	log    *slog.Logger
+	now    func() time.Time
+	build  string
+}
+
+// NewKeptMoECostTables returns the store for dir; log (nil: none) hears of tables not used.
+func NewKeptMoECostTables(dir string, maxAge time.Duration, log *slog.Logger) *KeptMoECostTables {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &KeptMoECostTables{dir: dir, maxAge: maxAge, log: log, now: time.Now, build: buildID()}
+}
+
+// key is shape's key on this machine now (threads and bf16 mode as the kernels are set).
+func (s *KeptMoECostTables) key(shape kernels.MoEShape) moeKey {
+	return moeKey{Hidden: shape.Hidden, Inter: shape.Inter, DType: shape.DType.String(),
+		Kernels: kernels.Implementation(), BF16Matmul: kernels.BF16MatmulMode(), Threads: kernels.Threads(),
+		CPU: cpuName(), CPUs: runtime.NumCPU(), Arch: runtime.GOARCH, Build: s.build}
+}
+
+func (k moeKey) path(dir string) string {
+	b, _ := json.Marshal(k) // plain strings and ints: cannot fail
+	h := sha256.Sum256(b)
+	return filepath.Join(dir, "moe-costs-"+hex.EncodeToString(h[:8])+".json")
+}
+
+// Load returns the table kept for shape, if there is one for this key, young enough and valid.
+func (s *KeptMoECostTables) Load(shape kernels.MoEShape) (kernels.MoECostTable, bool) {
+	k := s.key(shape)
+	b, err := os.ReadFile(k.path(s.dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return kernels.MoECostTable{}, false
+	}
+	var e moeEntry
+	if err == nil {
+		err = json.Unmarshal(b, &e)
+	}
+	switch {
+	case err != nil:
+	case e.Key != k:
+		err = fmt.Errorf("its key %+v is not this node's %+v", e.Key, k)
+	case s.maxAge > 0 && s.now().Sub(e.MeasuredAt) > s.maxAge:
+		err = fmt.Errorf("measured at %s, older than %s", e.MeasuredAt.Format(time.RFC3339), s.maxAge)
+	default:
+		err = e.Table.Validate()
+	}
+	if err != nil {
+		s.log.Info("kept MoE cost table not used; measuring again", "file", k.path(s.dir), "err", err)
+		return kernels.MoECostTable{}, false
+	}
+	return e.Table, true
+}
+
+// Save keeps c for shape; a failure is logged (the next start measures again).
+func (s *KeptMoECostTables) Save(shape kernels.MoEShape, c kernels.MoECostTable) {
+	k := s.key(shape)
+	err := os.MkdirAll(s.dir, 0o755)
+	var b []byte
+	if err == nil {
+		b, err = json.MarshalIndent(moeEntry{Key: k, Table: c, MeasuredAt: s.now().UTC()}, "", "  ")
+	}
+	if err == nil {
+		err = atomicfile.Write(k.path(s.dir), func(w io.Writer) error {
+			_, err := w.Write(append(b, '\n'))
+			return err
+		})
+	}
+	if err != nil {
+		s.log.Warn("MoE cost table not kept", "err", err)
+	}
 }

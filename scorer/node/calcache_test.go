@@ -5,10 +5,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/kernels"
 	"github.com/relevance-scoring/relevance/scorer"
 )
 
@@ -145,4 +147,65 @@ func TestKeptCalibrationRoundTrip(t *testing.T) {
 			t.Errorf("key %+v: %v, want errNoCalibration (not the other key's)", other, err)
 		}
 	}
+}
+
+func TestKeptMoECostTablesRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Date(2026, 11, 27, 20, 0, 0, 0, time.UTC)
+	s := NewKeptMoECostTables(dir, time.Hour, nil)
+	s.now = func() time.Time { return now }
+	shape := kernels.MoEShape{Hidden: 1024, Inter: 768, DType: kernels.BF16}
+	table := kernels.MoECostTable{ItemSeconds: 2e-4, RowSeconds: 3e-6, RowGranule: 1, ItemRows: 32}
+	for v := range table.TileSeconds {
+		table.TileSeconds[v] = float64(v+1) * 1e-3
+	}
+	if _, ok := s.Load(shape); ok {
+		t.Fatal("an empty folder gave a table")
+	}
+	s.Save(shape, table)
+	if got, ok := s.Load(shape); !ok || got != table {
+		t.Fatalf("read back %+v (%v), want %+v", got, ok, table)
+	}
+	if _, ok := s.Load(kernels.MoEShape{Hidden: 1024, Inter: 512, DType: kernels.BF16}); ok {
+		t.Error("another layer shape got this shape's table")
+	}
+	defer kernels.SetThreads(kernels.Threads())
+	kernels.SetThreads(kernels.Threads() + 1)
+	if _, ok := s.Load(shape); ok {
+		t.Error("another thread count got the table")
+	}
+	kernels.SetThreads(kernels.Threads() - 1)
+	other := NewKeptMoECostTables(dir, time.Hour, nil)
+	other.now, other.build = s.now, "another binary"
+	if _, ok := other.Load(shape); ok {
+		t.Error("another build got the table")
+	}
+	s.now = func() time.Time { return now.Add(61 * time.Minute) }
+	if _, ok := s.Load(shape); ok {
+		t.Error("a table older than the maximum age was used")
+	}
+	s.now = func() time.Time { return now }
+	path := s.key(shape).path(dir)
+	for name, body := range map[string]string{
+		"not JSON":      "{",
+		"invalid table": strings.Replace(mustRead(t, path), `"ItemSeconds": 0.0002`, `"ItemSeconds": -1`, 1),
+		"another's key": strings.Replace(mustRead(t, path), `"hidden": 1024`, `"hidden": 2048`, 1),
+	} {
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := s.Load(shape); ok {
+			t.Errorf("%s: used %+v", name, got)
+		}
+		s.Save(shape, table) // restore for the next case
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -88,7 +88,8 @@ type Config struct {
 	// next start of a node with the same model fingerprint, kernels, bf16 matmul mode, MoE policy,
 	// thread count, calibration budget, CPU and binary instead of timing passes again (one
 	// warm-up pass still runs): a node restarted after a crash or `make run` is ready a
-	// calibration budget sooner. The node learns from every pass either way. "" keeps nothing.
+	// calibration budget sooner. The node learns from every pass either way. A MoE model's kernel
+	// cost table (moe_policy auto) is kept there too (KeptMoECostTables). "" keeps nothing.
 	CalibrationCache string `yaml:"calibration_cache"`
 	// CalibrationCacheMaxAge is the oldest kept calibration reused; older ones are measured again
 	// (and replaced). 0 means any age.
