@@ -118,7 +118,9 @@ type CostModelStatus struct {
 	// RefBatchSeconds is the estimate for costmodel.RefFeatures (a 64-token prefix and 16 items
 	// of 256 tokens): the node's speed as one number.
 	RefBatchSeconds float64 `json:"ref_batch_seconds"`
-	// CalibrationSeconds is how long the start-up calibration took (0: none ran).
+	// CalibrationSeconds is how long the start-up calibration took (0: none ran); for one kept
+	// from an earlier start (CalibrationKeptFrom), how long it took then: this start spent only
+	// its warm-up pass.
 	CalibrationSeconds float64 `json:"calibration_seconds"`
 	// CalibrationPasses is how many timed passes it fitted (the warm-up pass not counted).
 	CalibrationPasses int `json:"calibration_passes"`
