@@ -129,9 +129,22 @@ func TestModelSwapUnderTraffic(t *testing.T) {
 		}
 		return resp
 	}
-	for range 3 {
-		scoreAny(makeRequest(9, 100))
-	}
+	// The proxy learns each node's model from its replies, and pins a request to the model most
+	// nodes were last seen with: a request pinned to a while the nodes it reached already serve b
+	// fails (UNAVAILABLE, never mixed) and teaches the proxy. Under CPU contention the traffic
+	// above may have reached only some nodes before the swap ended, so that can take a request
+	// or two.
+	waitUntil(t, "a request answered after the swap", func() bool {
+		req := makeRequest(9, 100)
+		resp, err := p.Score(context.Background(), req)
+		if err != nil {
+			return false
+		}
+		if m := which(req, resp); m != "b" {
+			t.Errorf("the first request answered after the swap was served by model %s", m)
+		}
+		return true
+	})
 	for i := range 5 {
 		req := makeRequest(9, uint64(i))
 		if m := which(req, scoreAny(req)); m != "b" {

@@ -264,8 +264,11 @@ func TestFailingNodeBreakerOpensAndRecovers(t *testing.T) {
 	if s := nodeStatus(t, p, bad.Addr()); s.Breaker != "open" || s.Errors < 3 {
 		t.Fatalf("failing node: breaker %s after %d errors, want open after ≥ 3", s.Breaker, s.Errors)
 	}
-	if got := testutil.ToFloat64(p.m.retries); got < 3 {
-		t.Errorf("retries_total = %v, want ≥ 3", got)
+	// Every request was answered: its batches lost on the failing node were retried elsewhere
+	// (or, under CPU contention, some of the failed calls were hedges or rescues, whose batch
+	// the other copy answered with no retry).
+	if got := testutil.ToFloat64(p.m.retries); got < 1 {
+		t.Errorf("retries_total = %v, want ≥ 1", got)
 	}
 	// While open, no traffic goes to it. (Requests slower than the open timeout, as under CPU
 	// contention, may see it half-open and let a probe through: then the check is over.)
