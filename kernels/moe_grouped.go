@@ -96,11 +96,13 @@ func (r *MoERunner) Calibrate(experts []Expert, budget time.Duration) (MoECostTa
 	return m, nil
 }
 
-// MoEShape is the shape a cost table is measured for: a layer's hidden size, expert width and
-// weight type.
+// MoEShape is what a kept cost table is measured for: a layer's hidden size, expert width and
+// weight type (the table's own key in a runner), and its number of experts, which bounds how
+// many threads the measurement ran on.
 type MoEShape struct {
 	Hidden, Inter int
 	DType         DType
+	Experts       int
 }
 
 // MoECostTableStore keeps measured cost tables beyond the process (a scorer node's calibration
@@ -124,7 +126,7 @@ func (r *MoERunner) CalibrateKept(experts []Expert, budget time.Duration, store 
 	if err != nil {
 		return MoECostTable{}, false, fmt.Errorf("calibrate moe: %w", err)
 	}
-	shape := MoEShape{Hidden: sh.hidden, Inter: sh.inter, DType: sh.dtype}
+	shape := MoEShape{Hidden: sh.hidden, Inter: sh.inter, DType: sh.dtype, Experts: len(experts)}
 	if c, ok := store.Load(shape); ok && c.Validate() == nil {
 		r.SetCostTable(sh.hidden, sh.inter, sh.dtype, c)
 		return c, true, nil

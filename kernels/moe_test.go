@@ -423,7 +423,7 @@ func TestCalibrateKeptReusesAValidKeptTable(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	experts := randExperts(t, rng, 3, 16, 8, BF16)
 	store := &memTables{tables: map[MoEShape]MoECostTable{}}
-	shape := MoEShape{Hidden: 16, Inter: 8, DType: BF16}
+	shape := MoEShape{Hidden: 16, Inter: 8, DType: BF16, Experts: 3}
 
 	measured, kept, err := NewMoERunner(MoEPolicy{Kind: PolicyAuto}).CalibrateKept(experts, 20*time.Millisecond, store)
 	if err != nil || kept {

@@ -432,8 +432,9 @@ func TestDeadlineExceeded(t *testing.T) {
 }
 
 // A call still running when the request's deadline passes ends DeadlineExceeded, never Canceled,
-// whichever of the request's and the call's timers fires first: taken for a caller's cancel, a
-// node hung far past its expected time would go uncounted about half the time.
+// whichever of the request's and the call's timers fires first, and also when the caller's
+// deadline arrives as a cancel (a gRPC client's RST_STREAM at its deadline): taken for a caller's
+// cancel, a node hung far past its expected time would go uncounted.
 func TestEveryDeadlinePassedOnAHungNodeCountsAgainstIt(t *testing.T) {
 	nodes := startNodes(t, 1, fakenode.Options{})
 	cfg := testConfig(nodes.Addrs())
@@ -451,6 +452,18 @@ func TestEveryDeadlinePassedOnAHungNodeCountsAgainstIt(t *testing.T) {
 		}
 		if s := nodeStatus(t, p, nodes[0].Addr()); s.Errors != int64(i+1) {
 			t.Fatalf("after %d requests past their deadline on a hung node, %d node errors", i+1, s.Errors)
+		}
+	}
+	for i := range 4 {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+		time.AfterFunc(59*time.Millisecond, cancel) // the client's cancel, just before its deadline
+		_, err := p.Score(ctx, makeRequest(1, uint64(100+i)))
+		cancel()
+		if c := status.Code(err); c != codes.DeadlineExceeded && c != codes.Canceled {
+			t.Fatalf("request %d cancelled at its deadline: %v", i, err)
+		}
+		if s := nodeStatus(t, p, nodes[0].Addr()); s.Errors != int64(requests+i+1) {
+			t.Fatalf("after %d requests cancelled at their deadline on a hung node, %d node errors; want %d", i+1, s.Errors, requests+i+1)
 		}
 	}
 }

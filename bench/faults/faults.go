@@ -8,9 +8,10 @@
 //
 // Load is open-loop (Poisson, package load) at a share of the measured capacity. Every load
 // scenario draws fresh requests (its own trace seed, a trace as long as the run), except those
-// judged against the baseline's p99, which replay the baseline's (see startLoad) under queries of
-// their own; either way no request is sent twice and no cache between the client and the nodes
-// (the proxy's score cache) answers in the nodes' place. Faults are injected through the nodes' /debug/fault hook (scorer serve
+// judged against the baseline's p99, which replay the baseline's (see startLoad) with queries of
+// their own: the same items come back, but never under the same query, so no cache between the
+// client and the nodes (the proxy's score cache, a node's prefix cache) answers in the nodes'
+// place. Faults are injected through the nodes' /debug/fault hook (scorer serve
 // --fault-injection) and with signals to the children's process ids; the cluster's supervisor
 // restarts a node that exits. A node a scenario has made slow or stopped is restarted afterwards
 // (SIGTERM; the supervisor brings it back), so that what it learned of its own speed does not
@@ -604,10 +605,10 @@ type loadRun struct {
 // Paired loads. The steady scenarios judged against the baseline (p99 ≤ baseline + 20 %) replay
 // the baseline's load: the same arrival times and the same requests, each run's queries prefixed
 // with a tag of its own ("r01 ", "r02 ", …, one token length) so that no cache answers for an
-// earlier run. A p99 of ~550 requests at 70 % load is set by a handful of arrival bursts: the
-// baseline on one trace twice gave 263 and 265 ms, on three traces 263, 346 and 338 ms
-// (bench/results/README.md §19). Fresh traces per scenario would judge the fault against the
-// luck of the draw; the replay judges it against the same arrivals without it.
+// earlier run. A p99 of a few hundred requests at 70 % load is set by a handful of arrival bursts,
+// so it moves far more between traces than between runs of one trace (bench/results/README.md
+// §19): fresh traces per scenario would judge the fault against the luck of the draw; the replay
+// judges it against the same arrivals without it.
 const (
 	pairedTraceSeed   = 1 << 32
 	pairedArrivalSeed = 2 << 32
@@ -646,6 +647,8 @@ func (e *env) startLoad(ctx context.Context, rec *recorder, share float64, d tim
 // paired load's (see startLoad).
 func (e *env) loadPlan(rate float64, d time.Duration, paired bool, spec workload.Spec) (*workload.Trace, uint64, error) {
 	n := int(rate*d.Seconds()*1.3) + 32
+	// A paired load draws (and drops) a fresh trace and seed too, so that every other scenario
+	// gets the seeds it got before pairing: their traces stay comparable with earlier runs.
 	tr, err := e.trace(spec, n)
 	if err != nil {
 		return nil, 0, err

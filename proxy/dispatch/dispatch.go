@@ -329,11 +329,12 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 	c1, cancelOnly := context.WithCancel(c1)
 	cancel1 := func() { cancelOnly(); cancelDL() }
 	follow := context.AfterFunc(ctx, func() {
-		if _, ok := ctx.Deadline(); ok && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if dl, ok := ctx.Deadline(); ok && (errors.Is(ctx.Err(), context.DeadlineExceeded) || time.Until(dl) < deadlineSlack) {
 			// c1 has the same deadline and expires on its own as DeadlineExceeded. Cancelled
-			// here instead (whichever timer fires first), the call would end Canceled and be
-			// taken for the caller's doing: a node hung past the request's deadline would go
-			// uncounted about half the time.
+			// here instead, the call would end Canceled and be taken for the caller's doing, and
+			// a node hung past the request's deadline would go uncounted: whenever the request's
+			// timer fired before the call's, and always for a gRPC client's own deadline, which
+			// reaches the proxy as the client's cancel at that deadline.
 			return
 		}
 		cancel1()
@@ -511,6 +512,10 @@ func (d *Dispatcher) attempt(ctx context.Context, b *plan.Batch, l *plan.Lease, 
 	}
 	return win.resp, 1, mk1.slow.Load() || mk2.slow.Load(), win.err
 }
+
+// deadlineSlack: a request cancelled this close to its deadline is taken for one whose deadline
+// passed (see attempt).
+const deadlineSlack = 10 * time.Millisecond
 
 // fitsDeadline reports whether a lease's projected finish comes before ctx's deadline.
 func fitsDeadline(ctx context.Context, l *plan.Lease) bool {

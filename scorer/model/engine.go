@@ -69,8 +69,8 @@ type Options struct {
 	// registers none.
 	Registerer prometheus.Registerer
 	// MoECostTables, when set, keeps the auto policy's cost tables between starts: a table kept
-	// for this machine is used instead of measured (about a third of a second of a start), and
-	// one measured is kept. Nil measures at every Load.
+	// for this machine is used instead of measured (the measurement is a sizeable share of a
+	// restart's load), and one measured is kept. Nil measures at every Load.
 	MoECostTables kernels.MoECostTableStore
 	// Cost is the engine's cost prior (CostPrior), measured elsewhere (`bench calibrate`); zero
 	// means a guess from the model's shape (see shapeCost), which a node replaces at start-up by

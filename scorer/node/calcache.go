@@ -244,16 +244,18 @@ func cpuName() string {
 }
 
 // Kept MoE cost tables. A MoE model's auto kernel policy times its expert GEMM variants when the
-// model loads (about a third of a second of a restart on the small model, on top of the ~0.6 s
-// load), before any calibration: the table depends on the machine, the kernels and the layer's
-// shape, not on the model's weights, so it is kept in the same folder as calibrations under a key
-// of those.
+// model loads, before any calibration (a sizeable share of a restart that reuses its calibration:
+// bench/results/README.md §19). The table depends on the machine, the kernels, the thread count
+// and the layer's shape and number of experts, not on the weights' values, so it is kept in the
+// same folder as calibrations under a key of those, and expires with them
+// (calibration_cache_max_age).
 
 // moeKey is what a MoE cost table's timings depend on.
 type moeKey struct {
 	Hidden     int    `json:"hidden"`
 	Inter      int    `json:"inter"`
 	DType      string `json:"dtype"`
+	Experts    int    `json:"experts"`
 	Kernels    string `json:"kernels"`
 	BF16Matmul string `json:"bf16_matmul"`
 	Threads    int    `json:"threads"`
@@ -269,6 +271,8 @@ type moeEntry struct {
 	Table      kernels.MoECostTable `json:"table"`
 	MeasuredAt time.Time            `json:"measured_at"`
 }
+
+var _ kernels.MoECostTableStore = (*KeptMoECostTables)(nil)
 
 // KeptMoECostTables is a kernels.MoECostTableStore over a calibration_cache folder: model.Load
 // takes a table kept there for this machine, kernels, thread count and build, at most maxAge old
@@ -292,7 +296,7 @@ func NewKeptMoECostTables(dir string, maxAge time.Duration, log *slog.Logger) *K
 
 // key is shape's key on this machine now (threads and bf16 mode as the kernels are set).
 func (s *KeptMoECostTables) key(shape kernels.MoEShape) moeKey {
-	return moeKey{Hidden: shape.Hidden, Inter: shape.Inter, DType: shape.DType.String(),
+	return moeKey{Hidden: shape.Hidden, Inter: shape.Inter, DType: shape.DType.String(), Experts: shape.Experts,
 		Kernels: kernels.Implementation(), BF16Matmul: kernels.BF16MatmulMode(), Threads: kernels.Threads(),
 		CPU: cpuName(), CPUs: runtime.NumCPU(), Arch: runtime.GOARCH, Build: s.build}
 }
@@ -327,6 +331,7 @@ func (s *KeptMoECostTables) Load(shape kernels.MoEShape) (kernels.MoECostTable, 
 		s.log.Info("kept MoE cost table not used; measuring again", "file", k.path(s.dir), "err", err)
 		return kernels.MoECostTable{}, false
 	}
+	s.log.Info("MoE cost table kept from an earlier start", "file", k.path(s.dir), "measured_at", e.MeasuredAt.Format(time.RFC3339))
 	return e.Table, true
 }
 

@@ -154,7 +154,7 @@ func TestKeptMoECostTablesRoundTrip(t *testing.T) {
 	now := time.Date(2026, 11, 27, 20, 0, 0, 0, time.UTC)
 	s := NewKeptMoECostTables(dir, time.Hour, nil)
 	s.now = func() time.Time { return now }
-	shape := kernels.MoEShape{Hidden: 1024, Inter: 768, DType: kernels.BF16}
+	shape := kernels.MoEShape{Hidden: 1024, Inter: 768, DType: kernels.BF16, Experts: 128}
 	table := kernels.MoECostTable{ItemSeconds: 2e-4, RowSeconds: 3e-6, RowGranule: 1, ItemRows: 32}
 	for v := range table.TileSeconds {
 		table.TileSeconds[v] = float64(v+1) * 1e-3
@@ -166,9 +166,13 @@ func TestKeptMoECostTablesRoundTrip(t *testing.T) {
 	if got, ok := s.Load(shape); !ok || got != table {
 		t.Fatalf("read back %+v (%v), want %+v", got, ok, table)
 	}
-	if _, ok := s.Load(kernels.MoEShape{Hidden: 1024, Inter: 512, DType: kernels.BF16}); ok {
-		t.Error("another layer shape got this shape's table")
+	for _, other := range []kernels.MoEShape{{Hidden: 1024, Inter: 512, DType: kernels.BF16, Experts: 128}, {Hidden: 1024, Inter: 768, DType: kernels.BF16, Experts: 64}} {
+		if _, ok := s.Load(other); ok {
+			t.Errorf("layer %+v got the table of %+v", other, shape)
+		}
 	}
+	// The kernels' thread count is process-wide: safe here as no test of this package runs in
+	// parallel with another.
 	defer kernels.SetThreads(kernels.Threads())
 	kernels.SetThreads(kernels.Threads() + 1)
 	if _, ok := s.Load(shape); ok {

@@ -91,8 +91,8 @@ type Config struct {
 	// calibration budget sooner. The node learns from every pass either way. A MoE model's kernel
 	// cost table (moe_policy auto) is kept there too (KeptMoECostTables). "" keeps nothing.
 	CalibrationCache string `yaml:"calibration_cache"`
-	// CalibrationCacheMaxAge is the oldest kept calibration reused; older ones are measured again
-	// (and replaced). 0 means any age.
+	// CalibrationCacheMaxAge is the oldest kept calibration (or MoE cost table) reused; older
+	// ones are measured again (and replaced). 0 means any age.
 	CalibrationCacheMaxAge time.Duration `yaml:"calibration_cache_max_age"`
 	// FaultInjection enables GET/POST /debug/fault on the HTTP port (slow, stalled or failing
 	// node on demand, for fault tests; see Fault). false: no route, no hook.
