@@ -169,6 +169,9 @@ type env struct {
 	replays int
 	// baseline is the baseline scenario's summary, once it has run.
 	baseline *Summary
+	// costRatio is the baseline's node time over the ideal scheduler's pricing of the same
+	// requests (node_busy ÷ ideal_load), once it has run: what splitting costs (see ideal.go).
+	costRatio float64
 
 	supCancel context.CancelFunc
 	supDone   chan struct{}

@@ -82,8 +82,13 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("baseline: %s = %v (measured %v); figures %+v", f, v, ok, base.Figures)
 		}
 	}
-	if _, ok := base.figure("ideal_failed"); !ok {
-		t.Errorf("baseline: ideal_failed not measured; figures %+v", base.Figures)
+	for _, f := range []string{"ideal_failed", "ideal_failed_at_cluster_cost"} {
+		if _, ok := base.figure(f); !ok {
+			t.Errorf("baseline: %s not measured; figures %+v", f, base.Figures)
+		}
+	}
+	if v, ok := base.figure("cluster_cost_ratio"); !ok || !(v > 0) {
+		t.Errorf("baseline: cluster_cost_ratio = %v (measured %v); figures %+v", v, ok, base.Figures)
 	}
 	// The killed node came back: restarted, ready, and in traffic again. (Whether the cluster
 	// met the goals on this shared machine is the verdict's business, not this test's.)

@@ -33,6 +33,10 @@ import (
 // Beside them, the nodes' own counters say what the cluster spent: node_busy (the share of node
 // time in forward passes) against ideal_load (the share the lightest pricing needs) is the node
 // time lost to splitting — a pass overhead per batch, a query's prefix on every node it reaches.
+// Their ratio in the baseline (cluster_cost_ratio) prices a second pooled machine that pays what
+// the cluster pays: the requests it fails (ideal_failed_at_cluster_cost) are those splitting's
+// cost alone explains, and the cluster's failures beyond them are its placement, the
+// indivisibility of a running batch, and admission's margin.
 
 // idealJob is one request as the ideal scheduler sees it.
 type idealJob struct {
@@ -155,9 +159,31 @@ func (e *env) idealFigures(r *Result, all []call, t0, from, to time.Time, slowAt
 	// The share of the pooled machine the measured calls' lightest pricing takes: against the
 	// scenario's nominal load, how much node time the cluster spends beyond that pricing (a
 	// query's prefix on every node its batches reach, one overhead per pass, …).
-	r.add("ideal_load", work/(speed*to.Sub(from).Seconds()), "")
+	load := work / (speed * to.Sub(from).Seconds())
+	r.add("ideal_load", load, "")
 	if failed > 0 {
 		r.Details = append(r.Details, fmt.Sprintf("ideal scheduler (all nodes pooled, exact costs, fewest refusals) fails %d, sent at start %s", failed, strings.Join(when, ", ")))
+	}
+	// The same machine paying what the cluster pays: every request's work scaled by the
+	// baseline's node time over this pricing. What it fails is what splitting's cost alone
+	// explains; what the cluster fails beyond that is placement, granularity and admission.
+	if busy, ok := r.figure("node_busy"); ok && load > 0 && e.costRatio == 0 {
+		e.costRatio = busy / load
+	}
+	if e.costRatio > 0 {
+		scaled := make([]idealJob, len(jobs))
+		for i, j := range jobs {
+			scaled[i] = idealJob{release: j.release, work: j.work * e.costRatio}
+		}
+		servedAtCost := idealServed(scaled, m, e.o.SLO.Seconds())
+		failedAtCost := 0
+		for i, c := range all {
+			if !c.start.Before(from) && c.start.Before(to) && !servedAtCost[i] {
+				failedAtCost++
+			}
+		}
+		r.add("ideal_failed_at_cluster_cost", float64(failedAtCost), "req")
+		r.add("cluster_cost_ratio", e.costRatio, "")
 	}
 	return nil
 }
