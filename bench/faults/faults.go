@@ -594,8 +594,13 @@ func (e *env) nextSeed() uint64 {
 
 // trace draws n fresh requests from spec.
 func (e *env) trace(spec workload.Spec, n int) (*workload.Trace, error) {
+	return traceOf(spec, n, e.nextSeed())
+}
+
+// traceOf is the trace of n requests of spec drawn with seed.
+func traceOf(spec workload.Spec, n int, seed uint64) (*workload.Trace, error) {
 	spec.TraceSize = max(n, 16)
-	return workload.New(spec, e.nextSeed())
+	return workload.New(spec, seed)
 }
 
 // loadRun is one open-loop load in the background.
@@ -660,8 +665,7 @@ func (e *env) loadPlan(rate float64, d time.Duration, paired bool, spec workload
 	if !paired {
 		return tr, arrivals, nil
 	}
-	spec.TraceSize = max(n, 16)
-	if tr, err = workload.New(spec, e.o.Seed+pairedTraceSeed); err != nil {
+	if tr, err = traceOf(spec, n, e.o.Seed+pairedTraceSeed); err != nil {
 		return nil, 0, err
 	}
 	e.replays++

@@ -137,10 +137,30 @@ func calibrationKey(eng scorer.Engine, budget time.Duration) (calKey, bool) {
 }
 
 // path is where k's calibration is kept in dir.
-func (k calKey) path(dir string) string {
-	b, _ := json.Marshal(k) // plain strings and ints: cannot fail
+func (k calKey) path(dir string) string { return keptPath(dir, "calibration-", k) }
+
+// keptPath is the file in dir for what is kept under key (a struct of plain strings and ints):
+// prefix and a hash of the key.
+func keptPath(dir, prefix string, key any) string {
+	b, _ := json.Marshal(key) // plain strings and ints: cannot fail
 	h := sha256.Sum256(b)
-	return filepath.Join(dir, "calibration-"+hex.EncodeToString(h[:8])+".json")
+	return filepath.Join(dir, prefix+hex.EncodeToString(h[:8])+".json")
+}
+
+// writeKept writes v as indented JSON to path in dir (created if need be), atomically: nodes
+// starting together never read half a file.
+func writeKept(dir, path string, v any) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(path, func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
 }
 
 // loadCalibration returns the calibration kept in dir for k, measured at most maxAge before now
@@ -178,18 +198,9 @@ func loadCalibration(dir string, k calKey, maxAge time.Duration, now time.Time) 
 // saveCalibration keeps cal, measured at now, in dir for k, atomically: nodes starting together
 // never read half a file.
 func saveCalibration(dir string, k calKey, cal calibration, now time.Time) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("keep calibration: %w", err)
-	}
-	b, err := json.MarshalIndent(calEntry{Key: k, Coeffs: cal.Fit.Coeffs, Sigma: cal.Fit.Sigma, R2: cal.Fit.R2,
-		MaxRelErr: cal.Fit.MaxRelErr, Passes: cal.Passes, TookSeconds: cal.Took.Seconds(), MeasuredAt: now.UTC()}, "", "  ")
-	if err != nil {
-		return fmt.Errorf("keep calibration: %w", err)
-	}
-	if err := atomicfile.Write(k.path(dir), func(w io.Writer) error {
-		_, err := w.Write(append(b, '\n'))
-		return err
-	}); err != nil {
+	e := calEntry{Key: k, Coeffs: cal.Fit.Coeffs, Sigma: cal.Fit.Sigma, R2: cal.Fit.R2,
+		MaxRelErr: cal.Fit.MaxRelErr, Passes: cal.Passes, TookSeconds: cal.Took.Seconds(), MeasuredAt: now.UTC()}
+	if err := writeKept(dir, k.path(dir), e); err != nil {
 		return fmt.Errorf("keep calibration: %w", err)
 	}
 	return nil
@@ -301,11 +312,7 @@ func (s *KeptMoECostTables) key(shape kernels.MoEShape) moeKey {
 		CPU: cpuName(), CPUs: runtime.NumCPU(), Arch: runtime.GOARCH, Build: s.build}
 }
 
-func (k moeKey) path(dir string) string {
-	b, _ := json.Marshal(k) // plain strings and ints: cannot fail
-	h := sha256.Sum256(b)
-	return filepath.Join(dir, "moe-costs-"+hex.EncodeToString(h[:8])+".json")
-}
+func (k moeKey) path(dir string) string { return keptPath(dir, "moe-costs-", k) }
 
 // Load returns the table kept for shape, if there is one for this key, young enough and valid.
 func (s *KeptMoECostTables) Load(shape kernels.MoEShape) (kernels.MoECostTable, bool) {
@@ -338,18 +345,7 @@ func (s *KeptMoECostTables) Load(shape kernels.MoEShape) (kernels.MoECostTable, 
 // Save keeps c for shape; a failure is logged (the next start measures again).
 func (s *KeptMoECostTables) Save(shape kernels.MoEShape, c kernels.MoECostTable) {
 	k := s.key(shape)
-	err := os.MkdirAll(s.dir, 0o755)
-	var b []byte
-	if err == nil {
-		b, err = json.MarshalIndent(moeEntry{Key: k, Table: c, MeasuredAt: s.now().UTC()}, "", "  ")
-	}
-	if err == nil {
-		err = atomicfile.Write(k.path(s.dir), func(w io.Writer) error {
-			_, err := w.Write(append(b, '\n'))
-			return err
-		})
-	}
-	if err != nil {
+	if err := writeKept(s.dir, k.path(s.dir), moeEntry{Key: k, Table: c, MeasuredAt: s.now().UTC()}); err != nil {
 		s.log.Warn("MoE cost table not kept", "err", err)
 	}
 }
