@@ -167,6 +167,7 @@ func stoppedPair(t *testing.T, tune func(*Config)) (*Proxy, *freezer, *fakenode.
 func TestStoppedNodeIsBypassedUntilItAnswers(t *testing.T) {
 	p, fr, stopped, rescues := stoppedPair(t, func(*Config) {})
 	addr := fr.Addr()
+	frozen := time.Now()
 	fr.Freeze(true)
 	before := rescues()
 	for i := range 20 {
@@ -183,6 +184,8 @@ func TestStoppedNodeIsBypassedUntilItAnswers(t *testing.T) {
 	}
 	if s := nodeStatus(t, p, addr); !s.Stalled || s.Stalls != 1 || s.Ejected {
 		t.Errorf("stopped node: %+v, want stalled once, not ejected", s)
+	} else if s.LastStalledAt.Before(frozen) || s.LastStalledAt.After(time.Now()) {
+		t.Errorf("stopped node found stalled at %v, want between the stop (%v) and now", s.LastStalledAt, frozen)
 	}
 
 	fr.Freeze(false)

@@ -441,10 +441,14 @@ type nodeStatus struct {
 	Slow      int64  `json:"slow"`
 	Ejected   bool   `json:"ejected"`
 	Ejections int64  `json:"ejections"`
+	// LastEjectedAt is when the proxy last ejected the node (zero: never, or a proxy that does
+	// not say).
+	LastEjectedAt time.Time `json:"last_ejected_at"`
 	// Stalled: the proxy found the node silent (no answer to a health check with batches
-	// overdue); Stalls counts how many times.
-	Stalled bool  `json:"stalled"`
-	Stalls  int64 `json:"stalls"`
+	// overdue); Stalls counts how many times, LastStalledAt when it last did.
+	Stalled       bool      `json:"stalled"`
+	Stalls        int64     `json:"stalls"`
+	LastStalledAt time.Time `json:"last_stalled_at"`
 	// SpeedRatio is the proxy's learned time of the node for a reference batch over its prior's.
 	SpeedRatio float64 `json:"speed_ratio"`
 }

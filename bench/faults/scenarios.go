@@ -288,7 +288,9 @@ func nodeShare(r *Result, before, after map[string]nodeStatus, addr string) {
 }
 
 // ejectionWatch polls the proxy's view of node addr from the fault's start until end: when it
-// first ejected the node, and the share of polls that found it ejected.
+// first ejected the node, and the share of polls that found it ejected. The first times are the
+// proxy's own (NodeStatus.LastEjectedAt, LastStalledAt), so they do not depend on the polling
+// interval; a proxy that does not report them leaves the poll's time.
 type ejectionWatch struct {
 	first         time.Time
 	polls, ejects int
@@ -297,22 +299,27 @@ type ejectionWatch struct {
 	stalls     int
 }
 
-func (e *env) watchEjection(ctx context.Context, addr string, end time.Time) ejectionWatch {
+func (e *env) watchEjection(ctx context.Context, addr string, from, end time.Time) ejectionWatch {
 	var w ejectionWatch
+	// earliest keeps the earliest time at or after from: the proxy's, else the poll's.
+	earliest := func(first *time.Time, at time.Time) {
+		if at.IsZero() || at.Before(from) {
+			at = time.Now()
+		}
+		if first.IsZero() || at.Before(*first) {
+			*first = at
+		}
+	}
 	for time.Now().Before(end) && ctx.Err() == nil {
 		if m, err := e.nodes(ctx); err == nil {
 			w.polls++
-			if m[addr].Ejected {
+			if s := m[addr]; s.Ejected {
 				w.ejects++
-				if w.first.IsZero() {
-					w.first = time.Now()
-				}
+				earliest(&w.first, s.LastEjectedAt)
 			}
-			if m[addr].Stalled {
+			if s := m[addr]; s.Stalled {
 				w.stalls++
-				if w.firstStall.IsZero() {
-					w.firstStall = time.Now()
-				}
+				earliest(&w.firstStall, s.LastStalledAt)
 			}
 		}
 		sleep(ctx, 100*time.Millisecond)
@@ -355,7 +362,7 @@ func slow(factor float64, k int) func(ctx context.Context, e *env, r *Result) er
 				return
 			}
 			e.logf("%s slowed down %g×", nd.Name, factor)
-			w = e.watchEjection(ctx, nd.GRPCAddr, t0.Add(e.d.load))
+			w = e.watchEjection(ctx, nd.GRPCAddr, tFault, t0.Add(e.d.load))
 		})
 		if err != nil {
 			return err
@@ -400,7 +407,7 @@ func runSigstop(ctx context.Context, e *env, r *Result) error {
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
-			w = e.watchEjection(ctx, nd.GRPCAddr, end)
+			w = e.watchEjection(ctx, nd.GRPCAddr, tFault, end)
 		}()
 		defer func() { <-watched }()
 		for time.Until(end) > e.d.stop && ctx.Err() == nil {

@@ -335,15 +335,27 @@ type NodeStatus struct {
 	Batches     int64  `json:"batches"`
 	Errors      int64  `json:"errors"`
 	// Slow counts slow outcomes (outlier detection); Ejected whether the node is ejected now,
-	// EjectedSeconds for how much longer, Ejections how many times it was.
-	Slow           int64   `json:"slow"`
-	Ejected        bool    `json:"ejected"`
-	EjectedSeconds float64 `json:"ejected_seconds,omitempty"`
-	Ejections      int32   `json:"ejections"`
+	// EjectedSeconds for how much longer, Ejections how many times it was, LastEjectedAt when
+	// the last time began (zero: never; a poller learns when, not only that).
+	Slow           int64     `json:"slow"`
+	Ejected        bool      `json:"ejected"`
+	EjectedSeconds float64   `json:"ejected_seconds,omitempty"`
+	Ejections      int32     `json:"ejections"`
+	LastEjectedAt  time.Time `json:"last_ejected_at,omitzero"`
 	// Stalled: the node did not answer a health check while its batches were overdue (it takes
-	// no batches until it answers); Stalls counts how many times it was found so.
-	Stalled bool  `json:"stalled"`
-	Stalls  int64 `json:"stalls"`
+	// no batches until it answers); Stalls counts how many times it was found so, LastStalledAt
+	// when it last was (zero: never).
+	Stalled       bool      `json:"stalled"`
+	Stalls        int64     `json:"stalls"`
+	LastStalledAt time.Time `json:"last_stalled_at,omitzero"`
+}
+
+// unixTime is t (unix nanoseconds) as a time, zero for 0.
+func unixTime(t int64) time.Time {
+	if t == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, t).UTC()
 }
 
 // Status reports every node's state, sorted by address.
@@ -372,8 +384,10 @@ func (c *Cluster) Status() []NodeStatus {
 			Ejected:             n.Ejected(now),
 			EjectedSeconds:      max(0, time.Unix(0, n.ejectedUntil.Load()).Sub(now).Seconds()),
 			Ejections:           n.ejections.Load(),
+			LastEjectedAt:       unixTime(n.ejectedAt.Load()),
 			Stalled:             n.stalled.Load(),
 			Stalls:              n.stalls.Load(),
+			LastStalledAt:       unixTime(n.stalledAt.Load()),
 		})
 	}
 	return out

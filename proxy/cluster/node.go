@@ -67,6 +67,7 @@ type Node struct {
 	slowTotal    atomic.Int64
 	ejections    atomic.Int32 // how many times ejected (the next ejection's multiplier)
 	ejectedUntil atomic.Int64 // unix nanoseconds
+	ejectedAt    atomic.Int64 // unix nanoseconds of the last ejection (0: never)
 	probation    atomic.Bool  // back from an ejection, no OK outcome yet
 	probing      atomic.Bool  // a probe (TakeProbe) is in flight
 
@@ -75,6 +76,7 @@ type Node struct {
 	stalled    atomic.Bool
 	checking   atomic.Bool // a stall check is running
 	stalls     atomic.Int64
+	stalledAt  atomic.Int64 // unix nanoseconds the node was last found stalled (0: never)
 	stallMu    sync.Mutex
 	stallCh    chan struct{} // closed when found stalled; replaced when it answers; guarded by stallMu
 

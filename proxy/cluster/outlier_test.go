@@ -68,6 +68,10 @@ func TestOutlierEjectionBoundedAndGrowing(t *testing.T) {
 	if !s[0].Ejected || s[0].Ejections != 2 || s[0].Slow != 6 {
 		t.Errorf("status %+v, want ejected, 2 ejections, 6 slow", s[0])
 	}
+	// When the last ejection began, so that a poller can time it (the fault suite).
+	if !s[0].LastEjectedAt.Equal(t1) || !s[1].LastEjectedAt.IsZero() {
+		t.Errorf("last ejected at %v and %v, want %v (the re-ejection) and never", s[0].LastEjectedAt, s[1].LastEjectedAt, t1)
+	}
 }
 
 // TestLateNodeLooksBusy: a node whose batch is still out after its projected finish is loaded

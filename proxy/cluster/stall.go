@@ -157,6 +157,7 @@ func (c *Cluster) stall(n *Node, start time.Time) {
 	close(n.stallCh)
 	n.stallMu.Unlock()
 	n.stalls.Add(1)
+	n.stalledAt.Store(time.Now().UnixNano())
 	c.log.Warn("scorer node stalled: no answer to a health check with batches overdue", "node", n.addr, "timeout", c.cfg.StallTimeout)
 	c.notify()
 }
