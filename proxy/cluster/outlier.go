@@ -87,8 +87,8 @@ func (c *Cluster) ReportSlow(n *Node, now time.Time, ratio float64) {
 	}
 	k := n.ejections.Add(1)
 	d := min(time.Duration(k)*c.cfg.Outlier.BaseEjection, c.cfg.Outlier.MaxEjection)
+	n.ejectedAt.Store(now.UnixNano()) // first: a status that shows the ejection shows its time
 	n.ejectedUntil.Store(now.Add(d).UnixNano())
-	n.ejectedAt.Store(now.UnixNano())
 	n.slowRun.Store(0)
 	n.probation.Store(true)
 	c.log.Warn("scorer node ejected as an outlier", "node", n.addr, "for", d, "ejections", k)
