@@ -47,3 +47,44 @@ func maxF32(x []float32) float32 {
 	}
 	return m
 }
+
+// mixF32 sets dst[i] = a·dst[i] + b·x[i]: attention's merge of a row's prefix part with its own
+// part. Two products and a sum, each rounded to f32 and never fused, so the assembly (8 lanes at
+// a time) and the reference give the same bits and a value's bits do not depend on its place in
+// the slice.
+func mixF32(dst, x []float32, a, b float32) {
+	n := len(dst)
+	if n == 0 {
+		return
+	}
+	_ = x[n-1]
+	i := 0
+	if haveActAsm() {
+		i = mixAsm(dst, x, a, b)
+	}
+	mixGeneric(dst[i:], x[i:n], a, b)
+}
+
+// mixGeneric is mixF32's reference. The conversions keep the compiler from fusing a product
+// into the sum (the Go spec allows it without them), which would change the bits.
+func mixGeneric(dst, x []float32, a, b float32) {
+	for i := range dst {
+		dst[i] = float32(a*dst[i]) + float32(b*x[i])
+	}
+}
+
+// scaleF32 sets dst[i] = s·x[i].
+func scaleF32(dst, x []float32, s float32) {
+	n := len(dst)
+	if n == 0 {
+		return
+	}
+	_ = x[n-1]
+	i := 0
+	if haveActAsm() {
+		i = scaleAsm(dst, x, s)
+	}
+	for ; i < n; i++ {
+		dst[i] = s * x[i]
+	}
+}

@@ -136,3 +136,30 @@ func siluMulAsm(dst, gate, up []float32) int {
 	}
 	return n
 }
+
+//go:noescape
+func mixAVX2(dst, x *float32, n int, a, b float32)
+
+//go:noescape
+func scaleAVX2(dst, x *float32, n int, s float32)
+
+// mixAsm does the multiple-of-8 head of mixF32 and returns its length; the generic code does
+// the tail with the same arithmetic, value by value, so the split changes no bits.
+func mixAsm(dst, x []float32, a, b float32) int {
+	h := len(dst) &^ 7
+	if h > 0 {
+		_ = x[h-1]
+		mixAVX2(&dst[0], &x[0], h, a, b)
+	}
+	return h
+}
+
+// scaleAsm does the multiple-of-8 head of scaleF32 and returns its length.
+func scaleAsm(dst, x []float32, s float32) int {
+	h := len(dst) &^ 7
+	if h > 0 {
+		_ = x[h-1]
+		scaleAVX2(&dst[0], &x[0], h, s)
+	}
+	return h
+}

@@ -390,3 +390,47 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func mixAVX2(dst, x *float32, n int, a, b float32)
+// dst[i] = a·dst[i] + b·x[i] for i < n (a multiple of 8): two rounded products and a rounded
+// sum, no FMA, so the bits are those of the scalar reference.
+TEXT ·mixAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS a+24(FP), Y0
+	VBROADCASTSS b+28(FP), Y1
+	SHRQ $3, CX
+	JZ   done
+loop:
+	VMULPS (DI), Y0, Y2
+	VMULPS (SI), Y1, Y3
+	VADDPS Y3, Y2, Y2
+	VMOVUPS Y2, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	DECQ CX
+	JNZ  loop
+done:
+	VZEROUPPER
+	RET
+
+// func scaleAVX2(dst, x *float32, n int, s float32)
+// dst[i] = s·x[i] for i < n (a multiple of 8).
+TEXT ·scaleAVX2(SB), NOSPLIT, $0-28
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS s+24(FP), Y0
+	SHRQ $3, CX
+	JZ   done
+loop:
+	VMULPS (SI), Y0, Y2
+	VMOVUPS Y2, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	DECQ CX
+	JNZ  loop
+done:
+	VZEROUPPER
+	RET

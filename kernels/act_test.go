@@ -79,6 +79,43 @@ func testSiLUMul(t *testing.T) {
 	}
 }
 
+// TestMixAndScaleAreTheScalarArithmetic wants the vector merge and scale of attention's rows to
+// give exactly the bits of the scalar reference, for every length class: the lanes and the
+// scalar tail must compute the same rounded products and sum.
+func TestMixAndScaleAreTheScalarArithmetic(t *testing.T) {
+	forEachActWidth(t, testMixAndScale)
+}
+
+func testMixAndScale(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	for _, x := range actInputs() {
+		n := len(x)
+		d0 := make([]float32, n)
+		for i := range d0 {
+			d0[i] = float32(rng.NormFloat64() * 3)
+		}
+		for _, ab := range [][2]float32{{0.25, 0.75}, {0.3183099, 1.7320508}, {1, 0}, {1e-30, 3e30}} {
+			a, b := ab[0], ab[1]
+			got := append([]float32(nil), d0...)
+			mixF32(got, x, a, b)
+			want := append([]float32(nil), d0...)
+			for i := range want {
+				want[i] = float32(a*want[i]) + float32(b*x[i])
+			}
+			if i := firstBitDiff(got, want); i >= 0 {
+				t.Fatalf("mix n=%d a=%v b=%v: [%d] = %v, want %v", n, a, b, i, got[i], want[i])
+			}
+			scaleF32(got, x, b)
+			for i := range want {
+				want[i] = b * x[i]
+			}
+			if i := firstBitDiff(got, want); i >= 0 {
+				t.Fatalf("scale n=%d s=%v: [%d] = %v, want %v", n, b, i, got[i], want[i])
+			}
+		}
+	}
+}
+
 func TestSoftmax(t *testing.T) { forEachActWidth(t, testSoftmax) }
 
 func testSoftmax(t *testing.T) {

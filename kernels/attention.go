@@ -319,26 +319,28 @@ func (st *attnState) seqItem(w, i int) {
 	S := st.work[w][:m*K]
 	o2 := st.work[w][m*K : m*K+m*hd]
 	// Scores of rows r0..r1 against keys 0..past+r1 (the causal triangle's block); the keys
-	// past each row's own position are zeroed after the exponentials, the rest of the row too,
-	// because the value product runs over all K keys. The row's softmax and value sum run from
-	// key 0 in one call each, so its bits do not depend on where the past ends.
-	gemmRows(S, K, a.Q[(t0+r0)*qs+h*hd:], qs, m, &st.weights[st.seqKi(s, g)], 0, st.past+r1, 0, false)
+	// past each row's own position are zeroed after the exponentials. The value product runs
+	// over those past+r1 keys only (a view of the first keys of Vᵀ): the zeros past a row's
+	// position add exact zeros to its sum, so the row's bits are those of a product over all
+	// K keys, while the block skips the keys no row of it attends (a third of the value
+	// product's work at 200-token items). The row's softmax and value sum run from key 0 in
+	// one call each, so its bits do not depend on where the past ends or which block it is in.
+	kb := st.past + r1
+	gemmRows(S, K, a.Q[(t0+r0)*qs+h*hd:], qs, m, &st.weights[st.seqKi(s, g)], 0, kb, 0, false)
 	var m2, l2 [attnRowBlock]float32
 	for r := range m {
-		row := S[r*K : (r+1)*K]
+		row := S[r*K : r*K+kb]
 		m2[r], l2[r] = softmaxStats(row[:st.past+r0+r+1], st.scale)
 		clear(row[st.past+r0+r+1:])
 	}
-	gemmRows(o2, hd, S, K, m, &st.weights[st.seqVi(s, g)], 0, hd, 0, false)
+	vw := st.weights[st.seqVi(s, g)].firstK(kb)
+	gemmRows(o2, hd, S, K, m, &vw, 0, hd, 0, false)
 	for r := range m {
 		t := t0 + r0 + r
 		o := st.out[t*qs+h*hd : t*qs+(h+1)*hd]
 		ov := o2[r*hd : (r+1)*hd]
 		if P == 0 {
-			inv := 1 / l2[r]
-			for d := range o {
-				o[d] = ov[d] * inv
-			}
+			scaleF32(o, ov, 1/l2[r])
 			continue
 		}
 		m1, l1 := st.stats[2*(t*H+h)], st.stats[2*(t*H+h)+1]
@@ -346,10 +348,7 @@ func (st *attnState) seqItem(w, i int) {
 		a1 := float32(math.Exp(float64(m1 - mm)))
 		a2 := float32(math.Exp(float64(m2[r] - mm)))
 		inv := 1 / (a1*l1 + a2*l2[r])
-		a1, a2 = a1*inv, a2*inv
-		for d := range o {
-			o[d] = a1*o[d] + a2*ov[d]
-		}
+		mixF32(o, ov, a1*inv, a2*inv)
 	}
 }
 

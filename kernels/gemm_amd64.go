@@ -123,7 +123,7 @@ func (op *gemmOp) prepare(isa isaLevel, dst []float32, ldDst int, x []float32, l
 // (gemm_pack.go).
 func packedPanels(w *Weight) (unsafe.Pointer, uintptr) {
 	if w.DType == F32 {
-		return unsafe.Pointer(unsafe.SliceData(w.p32)), uintptr(w.K) * panelWidth * 4
+		return unsafe.Pointer(unsafe.SliceData(w.p32)), uintptr(w.storedK()) * panelWidth * 4
 	}
 	return unsafe.Pointer(unsafe.SliceData(w.p16)), uintptr(bf16PanelPairs(w.K)) * panelWidth * 4
 }

@@ -71,6 +71,51 @@ func TestGemmRowIsIndependentOfItsCall(t *testing.T) {
 	}
 }
 
+// TestFirstKViewIsTheZeroPaddedProduct multiplies rows whose inputs past k are zero by a view
+// of the weight's first k inputs (firstK) and by the whole weight, and wants the same bits:
+// attention's value product relies on it to skip the keys past a causal block without changing
+// any row. k runs inside the first cache block, on its edges and into the last one.
+func TestFirstKViewIsTheZeroPaddedProduct(t *testing.T) {
+	for _, c := range availableImpls() {
+		if c.dot {
+			continue // firstK is for f32 weights
+		}
+		t.Run(c.name, func(t *testing.T) {
+			useImpl(t, c)
+			rng := rand.New(rand.NewPCG(15, uint64(c.isa)))
+			const n, K, ldX = 70, 600, 601
+			for _, k := range []int{1, 31, 255, 256, 257, 511, 512, 599, K} {
+				for _, m := range []int{1, 3, 6, 13, 64} {
+					p := newProblem(t, rng, m, n, K, ldX, F32)
+					for i := range m {
+						clear(p.x[i*ldX+k : i*ldX+K])
+					}
+					whole := make([]float32, m*n)
+					gemmRows(whole, n, p.x, ldX, m, p.w, 0, n, 0, false)
+					view := p.w.firstK(k)
+					got := make([]float32, m*n)
+					gemmRows(got, n, p.x, ldX, m, &view, 0, n, 0, false)
+					if i := firstBitDiff(got, whole); i >= 0 {
+						t.Fatalf("k=%d m=%d: row %d column %d = %v through the view, %v through the whole weight", k, m, i/n, i%n, got[i], whole[i])
+					}
+					if k < K {
+						// The view must not read past k: poison the rest and compare again.
+						for i := range m {
+							for j := k; j < K; j++ {
+								p.x[i*ldX+j] = float32(math.NaN())
+							}
+						}
+						gemmRows(got, n, p.x, ldX, m, &view, 0, n, 0, false)
+						if i := firstBitDiff(got, whole); i >= 0 {
+							t.Fatalf("k=%d m=%d: the view read inputs past k (row %d column %d = %v)", k, m, i/n, i%n, got[i])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestMoETokenIsIndependentOfBatch runs the grouped expert GEMM on a batch with every variant and
 // on 1 and 2 threads, and each token alone with the exact variant, and wants the same bits for
 // every token: its output must not depend on which variant the batch's routing chose, on the

@@ -39,6 +39,31 @@ type Weight struct {
 	bf16  []uint16  // N*K raw bf16 bits, when DType == BF16
 	p32   []float32 // packed f32 panels, when DType == F32 and packWeights
 	p16   []uint16  // packed bf16 k-pair panels, when DType == BF16 and packWeights
+	// kStride is the K the f32 values are stored with, when this Weight is a view of the first K
+	// of a wider matrix (firstK); 0 means K. A row of f32 starts at i·kStride, a panel of p32
+	// spans kStride rows of 32.
+	kStride int
+}
+
+// storedK is the K of w's storage: kStride for a view made by firstK, else K.
+func (w *Weight) storedK() int {
+	if w.kStride > 0 {
+		return w.kStride
+	}
+	return w.K
+}
+
+// firstK returns a view of an f32 weight that multiplies only the first k inputs of each row:
+// the product of x with it is the product with the whole weight when x's inputs past k are
+// zero, bit for bit (a reduction in k order adds only exact zeros after them), at k/K of the
+// work. Attention's value product uses it to skip the keys past a causal block's last row.
+func (w *Weight) firstK(k int) Weight {
+	if w.DType != F32 || k < 0 || k > w.K {
+		panic(fmt.Sprintf("kernels: firstK(%d) of a %v weight with K %d", k, w.DType, w.K))
+	}
+	v := *w
+	v.K, v.kStride = k, w.storedK()
+	return v
 }
 
 // NewWeightF32 wraps a row-major [n, k] f32 matrix. The slice is retained, not copied.
@@ -70,7 +95,8 @@ func NewWeightBF16(w []uint16, n, k int) *Weight {
 func (w *Weight) Row(dst []float32, i int) {
 	switch w.DType {
 	case F32:
-		copy(dst[:w.K], w.f32[i*w.K:(i+1)*w.K])
+		r := i * w.storedK()
+		copy(dst[:w.K], w.f32[r:r+w.K])
 	case BF16:
 		BF16ToF32(dst[:w.K], w.bf16[i*w.K:(i+1)*w.K])
 	}
@@ -88,7 +114,8 @@ func (w *Weight) Rows(idx ...int) *Weight {
 	default:
 		out := make([]float32, 0, len(idx)*w.K)
 		for _, i := range idx {
-			out = append(out, w.f32[i*w.K:(i+1)*w.K]...)
+			r := i * w.storedK()
+			out = append(out, w.f32[r:r+w.K]...)
 		}
 		return NewWeightF32(out, len(idx), w.K)
 	}
