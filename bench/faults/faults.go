@@ -81,6 +81,11 @@ type Options struct {
 	// 256 MiB (the scorer's default prefix_cache_bytes). Emulated nodes hold no KV, so it is not
 	// allowed for them.
 	NodeCacheBytes int64
+	// PrefixCrashRealNodes is how many real nodes the prefix-crash scenario starts beside an
+	// emulated cluster (the cluster config's model, threads and calibration cache, its own
+	// proxy), since an emulated node's scores do not depend on prefix KV; 0 skips the scenario
+	// on an emulated cluster. On a real cluster the scenario runs on it.
+	PrefixCrashRealNodes int
 	// Log receives progress; nil discards it.
 	Log io.Writer
 	// OnResult, when set, is called with each scenario's result as soon as it is judged.

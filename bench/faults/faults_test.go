@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -123,5 +124,52 @@ func TestEndToEnd(t *testing.T) {
 		if alive(pid) {
 			t.Errorf("pid %d still alive after Run", pid)
 		}
+	}
+}
+
+// TestPrefixCrashRunsOnRealNodesBesideAnEmulatedCluster runs the prefix-crash scenario, quick, on
+// an emulated cluster with PrefixCrashRealNodes set: the scenario starts real nodes of its own
+// (a generated tiny model), kills one mid-batch in a cancellation storm and compares every
+// score with its reference bit for bit; it must run, not skip, and leave no child behind.
+func TestPrefixCrashRunsOnRealNodesBesideAnEmulatedCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two clusters and a storm for ~10 s")
+	}
+	bin := buildBinaries(t)
+	spec, err := workload.Load("../../configs/workloads/compare.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg cluster.Config
+	cfg.BinDir, cfg.LogDir = bin, t.TempDir()
+	cfg.ReadyTimeout = time.Minute
+	cfg.Model = cluster.Model{Dir: filepath.Join(t.TempDir(), "tiny-qwen3"), Arch: "qwen3", Preset: "tiny", Seed: 3}
+	cfg.Nodes.Count, cfg.Nodes.Engine, cfg.Nodes.CostProfile, cfg.Nodes.Threads = 1, "emulated", "../results/profile-small-auto.json", 1
+	o := Options{Cluster: cfg, Workload: spec, Quick: true, Capacity: 3, Scenarios: []string{"prefix-crash"}, PrefixCrashRealNodes: 2}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 1 {
+		t.Fatalf("results %+v, want prefix-crash alone", rep.Results)
+	}
+	r := rep.Results[0]
+	t.Logf("%s\n%s", r.Line(), strings.Join(r.Details, "\n"))
+	if r.Verdict == Skip || r.Err != "" {
+		t.Fatalf("prefix-crash: verdict %s, error %q; want it run on real nodes", r.Verdict, r.Err)
+	}
+	if v, ok := r.figure("checked_scores"); !ok || v == 0 {
+		t.Errorf("checked_scores = %v (measured %v), want > 0", v, ok)
+	}
+	if v, ok := r.figure("dirty_reads"); !ok || v != 0 {
+		t.Errorf("dirty_reads = %v (measured %v), want 0: %q", v, ok, r.Details)
+	}
+	if !slices.ContainsFunc(r.Details, func(d string) bool { return strings.Contains(d, "2 REAL nodes") }) {
+		t.Errorf("details %q do not say the scenario ran on its own real nodes", r.Details)
+	}
+	if !cluster.ModelComplete(cfg.Model.Dir) {
+		t.Errorf("no generated model in %s: the real nodes did not load the configured model", cfg.Model.Dir)
 	}
 }

@@ -44,6 +44,7 @@ func runFaults(args []string) error {
 	rssMargin := fs.Int64("rss-margin", 64<<20, "memory: allowed RSS growth in bytes beyond the caches' budgets")
 	memDur := fs.Duration("memory-duration", 0, "memory: how long the steady load runs (0: 60s, --quick 5s); real nodes need long enough to fill their prefix cache")
 	proxyCache := fs.Int64("proxy-cache-bytes", 64<<20, "memory: the proxy's score-cache budget its RSS may grow by")
+	crashNodes := fs.Int("prefix-crash-nodes", 2, "prefix-crash on an emulated cluster: real nodes to start beside it for that scenario (the cluster config's model and threads); 0: skip it")
 	out := fs.String("out", "bench/results/faults", "folder for results.json and results.md (\"\": none)")
 	list := fs.Bool("list", false, "list the scenarios and their goals, then exit")
 	if err := fs.Parse(args); err != nil {
@@ -93,7 +94,7 @@ func runFaults(args []string) error {
 	}
 	o := faults.Options{Cluster: ccfg, Workload: spec, Seed: *seed, SLO: *slo, Timeout: *timeout, Capacity: *capacity,
 		ProbeDuration: *probeDur, ProbeConcurrency: *probeConc, Scenarios: names, Quick: *quick, RSSMargin: *rssMargin, MemoryDuration: *memDur,
-		ProxyCacheBytes: *proxyCache, Log: os.Stderr,
+		ProxyCacheBytes: *proxyCache, PrefixCrashRealNodes: *crashNodes, Log: os.Stderr,
 		OnResult: func(r faults.Result) { fmt.Println(r.Line()) }}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
