@@ -6,9 +6,14 @@ import (
 	"testing"
 )
 
-func TestRMSNorm(t *testing.T) {
+// TestRMSNorm compares every implementation the CPU runs (generic, AVX2, AVX-512) with the
+// float64 reference on every length class around the 8- and 16-lane blocks, rows alone and
+// several at once, in place and not.
+func TestRMSNorm(t *testing.T) { forEachActWidth(t, testRMSNorm) }
+
+func testRMSNorm(t *testing.T) {
 	rng := rand.New(rand.NewPCG(6, 6))
-	for _, d := range []int{1, 15, 16, 17, 33, 64, 100, 128, 2048} {
+	for _, d := range []int{1, 7, 8, 9, 15, 16, 17, 24, 33, 64, 100, 128, 2048} {
 		for _, rows := range []int{1, 3} {
 			t.Run(fmt.Sprintf("d%d_rows%d", d, rows), func(t *testing.T) {
 				x := randVec(rng, rows*d)

@@ -6,9 +6,13 @@ import (
 	"testing"
 )
 
-func TestApplyRoPE(t *testing.T) {
+// TestApplyRoPE compares every implementation the CPU runs with the reference, on head dims
+// whose half is and is not a multiple of the 8 and 16 lanes.
+func TestApplyRoPE(t *testing.T) { forEachActWidth(t, testApplyRoPE) }
+
+func testApplyRoPE(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
-	for _, hd := range []int{2, 16, 32, 40, 64, 128} {
+	for _, hd := range []int{2, 16, 32, 40, 48, 64, 128} {
 		for _, heads := range []int{1, 3, 8} {
 			t.Run(fmt.Sprintf("hd%d_heads%d", hd, heads), func(t *testing.T) {
 				tab := NewRoPETable(300, hd, 1e6)
