@@ -26,8 +26,13 @@ func FuzzDecodeBodies(f *testing.F) {
 		"{\"query\":\"\xff\",\"documents\":[\"a\"]}",
 		`{"query":"\ud800","documents":["a"]}`,
 		`[]`, `{`, `{"query":"q","documents":"a"}`, `{"top_n":-1}`,
+		`{"query":"q","texts":["a","b"],"return_text":true,"raw_scores":true,"truncate":true}`,
+		`{"query":"q","texts":["a"],"truncation_direction":"left"}`,
+		`{"model":"m","text_1":"q","text_2":["a","b"]}`,
+		`{"text_1":["q","r"],"text_2":["a","b"]}`,
+		`{"text_1":"q","text_2":[1]}`,
 	} {
-		for _, route := range []uint8{0, 1, 2, 3} {
+		for _, route := range []uint8{0, 1, 2, 3, 4, 5} {
 			f.Add(route, []byte(seed))
 		}
 	}
@@ -40,7 +45,7 @@ func FuzzDecodeBodies(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	routes := []string{"/v1/score", "/v1/rerank", "/rerank", "/v2/rerank"}
+	routes := []string{"/v1/score", "/v1/rerank", "/rerank", "/v2/rerank", "/score", "/reranking"}
 	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
 		path := routes[int(route)%len(routes)]
 		var ctx fasthttp.RequestCtx
@@ -50,8 +55,13 @@ func FuzzDecodeBodies(f *testing.F) {
 		ctx.Request.SetBody(body)
 		s.handle(&ctx)
 		code, out := ctx.Response.StatusCode(), ctx.Response.Body()
-		var v map[string]any
-		if err := json.Unmarshal(out, &v); err != nil {
+		var reply any
+		if err := json.Unmarshal(out, &reply); err != nil {
+			t.Fatalf("%s %q: %d with a body that is not JSON: %q", path, body, code, out)
+		}
+		v, _ := reply.(map[string]any)
+		if _, isList := reply.([]any); v == nil && !(isList && code == 200) {
+			// Only a TEI reply is a bare array.
 			t.Fatalf("%s %q: %d with a body that is not a JSON object: %q", path, body, code, out)
 		}
 		switch code {
@@ -61,16 +71,20 @@ func FuzzDecodeBodies(f *testing.F) {
 				// malformed. Either way not a 200.
 				t.Errorf("%s %q: 200 for a body with invalid UTF-8", path, body)
 			}
-			if path != "/v1/score" {
-				if _, ok := v["results"].([]any); !ok {
-					t.Errorf("%s: 200 without results: %s", path, out)
-				}
+			_, results := v["results"].([]any)
+			_, data := v["data"].([]any)
+			_, tei := reply.([]any)
+			if path != "/v1/score" && !results && !data && !tei {
+				t.Errorf("%s: 200 without results, data or a TEI ranking: %s", path, out)
 			}
 		case 400, 422:
 			msg := ""
-			if e, ok := v["error"].(map[string]any); ok {
+			switch e := v["error"].(type) {
+			case map[string]any:
 				msg, _ = e["message"].(string)
-			} else {
+			case string: // TEI's {"error", "error_type"}
+				msg = e
+			default:
 				msg, _ = v["message"].(string)
 			}
 			if msg == "" {

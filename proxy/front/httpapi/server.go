@@ -1,6 +1,9 @@
 // Package httpapi is the proxy's HTTP front, on fasthttp: POST /v1/score (the JSON mirror of
-// relevance.v1.Ranker/Score), POST /v1/rerank and /rerank (Jina/vLLM rerank), POST /v2/rerank
-// (Cohere v2 rerank), and GET /healthz, /readyz, /metrics, /v1/nodes.
+// relevance.v1.Ranker/Score), POST /v1/rerank and /rerank (Jina/vLLM rerank; also
+// /reranking and /v1/reranking, as llama.cpp names them), POST /v2/rerank (Cohere v2 rerank),
+// and GET /healthz, /readyz, /metrics, /v1/nodes. Hugging Face TEI's rerank body is answered
+// in TEI's format on /rerank and /v1/rerank, and vLLM's score API on /score and /v1/score
+// (compat.go).
 //
 // /v1/score speaks the proto3 JSON mapping (protojson: snake_case names, enums by name, 64-bit
 // integers as strings, zero values emitted). The rerank routes accept documents as strings or
@@ -128,6 +131,10 @@ func New(cfg Config, opts Options) (*Server, error) {
 		{name: "/v1/rerank", methods: post, serve: (*Server).serveRerank, vocab: rerankVocabulary, rerank: jinaDialect},
 		{name: "/rerank", methods: post, serve: (*Server).serveRerank, vocab: rerankVocabulary, rerank: jinaDialect},
 		{name: "/v2/rerank", methods: post, serve: (*Server).serveRerank, vocab: rerankVocabulary, rerank: cohereDialect},
+		// llama.cpp's server names its rerank routes so too.
+		{name: "/reranking", methods: post, serve: (*Server).serveRerank, vocab: rerankVocabulary, rerank: jinaDialect},
+		{name: "/v1/reranking", methods: post, serve: (*Server).serveRerank, vocab: rerankVocabulary, rerank: jinaDialect},
+		{name: "/score", methods: post, serve: (*Server).serveVLLMScore, vocab: vllmScoreVocabulary},
 		{name: "/healthz", methods: get, serve: (*Server).serveHealthz},
 		{name: "/readyz", methods: get, serve: (*Server).serveReadyz},
 		{name: "/metrics", methods: get, serve: (*Server).serveMetrics},
@@ -300,6 +307,10 @@ func (s *Server) refuseBody(ctx *fasthttp.RequestCtx, shape func(front.Failure) 
 }
 
 func (s *Server) serveScore(ctx *fasthttp.RequestCtx, rt *route) {
+	if hasKey(ctx.PostBody(), "text_1") {
+		s.serveVLLMScore(ctx, rt) // vLLM's score API shares the path
+		return
+	}
 	req, err := decodeScore(ctx.PostBody())
 	if err != nil {
 		s.writeError(ctx, rt.errShape, failureOf(err))
@@ -322,6 +333,10 @@ func (s *Server) serveScore(ctx *fasthttp.RequestCtx, rt *route) {
 
 // serveRerank serves every rerank API; rt.rerank holds what tells them apart.
 func (s *Server) serveRerank(ctx *fasthttp.RequestCtx, rt *route) {
+	if rt.rerank == jinaDialect && isTEI(ctx.PostBody()) {
+		s.serveTEI(ctx, rt)
+		return
+	}
 	req, texts, rr, err := parseRerank(ctx.PostBody())
 	if err != nil {
 		s.writeError(ctx, rt.errShape, failureOf(err))
@@ -351,17 +366,47 @@ func (s *Server) serveRerank(ctx *fasthttp.RequestCtx, rt *route) {
 // score runs req on the core under the request's budget. On failure it has written the error
 // reply and returns false.
 func (s *Server) score(ctx *fasthttp.RequestCtx, rt *route, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, bool) {
+	resp, err := s.coreScore(ctx, req)
+	if err != nil {
+		s.writeError(ctx, rt.errShape, s.failure(rt, req, err))
+		return nil, false
+	}
+	if id := resp.GetRequestId(); id != "" {
+		ctx.Response.Header.Set(HeaderRequestID, id)
+	} else if id := req.GetRequestId(); id != "" {
+		ctx.Response.Header.Set(HeaderRequestID, id)
+	}
+	return resp, true
+}
+
+// coreScore runs req on the core under the request's budget (X-Request-Timeout-Ms, else the
+// core's default), with the caller's X-Request-Id unless req has an id.
+func (s *Server) coreScore(ctx *fasthttp.RequestCtx, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
+	if err := fromHeaders(ctx, req); err != nil {
+		return nil, err
+	}
+	return s.run(req)
+}
+
+// fromHeaders sets req's budget from X-Request-Timeout-Ms and its id from X-Request-Id (unless
+// it has one).
+func fromHeaders(ctx *fasthttp.RequestCtx, req *relevancev1.ScoreRequest) error {
 	if h := ctx.Request.Header.Peek(HeaderTimeout); len(h) > 0 {
 		ms, err := strconv.ParseUint(string(h), 10, 32)
 		if err != nil || ms == 0 {
-			s.writeError(ctx, rt.errShape, failureOf(malformed(HeaderTimeout, "must be a positive integer of milliseconds, got %q", h)))
-			return nil, false
+			return malformed(HeaderTimeout, "must be a positive integer of milliseconds, got %q", h)
 		}
 		req.TimeoutMs = uint32(ms)
 	}
 	if req.GetRequestId() == "" {
 		req.RequestId = string(ctx.Request.Header.Peek(HeaderRequestID)) // string() copies
 	}
+	return nil
+}
+
+// run runs req on the core under its budget. It touches no RequestCtx, so several may run at
+// once for one HTTP request.
+func (s *Server) run(req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
 	cctx := s.baseCtx
 	if req.GetTimeoutMs() > 0 {
 		var cancel context.CancelFunc
@@ -372,28 +417,29 @@ func (s *Server) score(ctx *fasthttp.RequestCtx, rt *route, req *relevancev1.Sco
 	if err == nil && resp == nil {
 		err = errors.New("core returned no response")
 	}
-	if err != nil {
-		f := front.Classify(err)
-		if field, problem, ok := request.Violation(err); ok {
-			f.Message = rt.vocab.name(field) + ": " + problem
-		}
-		if f.HTTPStatus == front.StatusClientClosed && s.baseCtx.Err() != nil {
-			// fasthttp does not cancel on disconnect: a cancellation here is the drain's, and
-			// the client is still waiting for an answer it may retry elsewhere.
-			f = front.Failure{HTTPStatus: http.StatusServiceUnavailable, Type: "service_unavailable", Message: "proxy is shutting down"}
-		}
-		if f.HTTPStatus >= 500 && f.HTTPStatus != http.StatusServiceUnavailable && f.HTTPStatus != http.StatusGatewayTimeout {
-			s.log.Error("score failed", "route", rt.name, "request_id", req.GetRequestId(), "err", err)
-		}
-		s.writeError(ctx, rt.errShape, f)
-		return nil, false
+	return resp, err
+}
+
+// failure is the reply to a failed core call on rt (or to a bad budget header): the core's
+// status mapped by front.Classify, a violated field named in the route's vocabulary.
+func (s *Server) failure(rt *route, req *relevancev1.ScoreRequest, err error) front.Failure {
+	var bi *badInput
+	if errors.As(err, &bi) {
+		return failureOf(err)
 	}
-	if id := resp.GetRequestId(); id != "" {
-		ctx.Response.Header.Set(HeaderRequestID, id)
-	} else if id := req.GetRequestId(); id != "" {
-		ctx.Response.Header.Set(HeaderRequestID, id)
+	f := front.Classify(err)
+	if field, problem, ok := request.Violation(err); ok {
+		f.Message = rt.vocab.name(field) + ": " + problem
 	}
-	return resp, true
+	if f.HTTPStatus == front.StatusClientClosed && s.baseCtx.Err() != nil {
+		// fasthttp does not cancel on disconnect: a cancellation here is the drain's, and
+		// the client is still waiting for an answer it may retry elsewhere.
+		f = front.Failure{HTTPStatus: http.StatusServiceUnavailable, Type: "service_unavailable", Message: "proxy is shutting down"}
+	}
+	if f.HTTPStatus >= 500 && f.HTTPStatus != http.StatusServiceUnavailable && f.HTTPStatus != http.StatusGatewayTimeout {
+		s.log.Error("score failed", "route", rt.name, "request_id", req.GetRequestId(), "err", err)
+	}
+	return f
 }
 
 // responseID is the core's request id, else the caller's, else a fresh one.

@@ -1,0 +1,259 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	gocmp "github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+)
+
+// logitScores is the fake core's default scoring with a logit that is not the score (10·score −
+// 5), so that a reply can show which of the two it carries.
+func logitScores(_ context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
+	resp := defaultScores(req)
+	for _, s := range resp.Scores {
+		s.Logit = 10*s.Score - 5
+	}
+	return resp, nil
+}
+
+func decodeAny(t testing.TB, b []byte) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("reply is not JSON: %v: %s", err, b)
+	}
+	return v
+}
+
+// TestTEIRerankBodyGetsTEIsReply sends what Hugging Face TEI's clients send to /rerank and
+// /v1/rerank ("texts", "truncate", "raw_scores", "return_text") and wants TEI's reply: a bare
+// array of {index, score, text?}, best first, the score the raw logit when raw_scores is set.
+func TestTEIRerankBodyGetsTEIsReply(t *testing.T) {
+	core := newFakeCore()
+	core.fn = logitScores
+	e := startServer(t, DefaultConfig(), core, nil)
+	tests := []struct {
+		name, path, body string
+		want             any
+		wantTrunc        relevancev1.Truncation
+	}{
+		{
+			name: "texts returned, truncated at the end",
+			path: "/rerank",
+			body: `{"query":"fruit","texts":["apple","banana","cherry"],"return_text":true,"truncate":true,"truncation_direction":"Right"}`,
+			want: []any{
+				map[string]any{"index": 1.0, "score": 0.9, "text": "banana"},
+				map[string]any{"index": 2.0, "score": 0.5, "text": "cherry"},
+				map[string]any{"index": 0.0, "score": 0.2, "text": "apple"},
+			},
+			wantTrunc: relevancev1.Truncation_TRUNCATION_END,
+		},
+		{
+			name: "raw scores, no texts, TEI's default of no truncation",
+			path: "/v1/rerank",
+			body: `{"query":"fruit","texts":["apple","banana","cherry"],"raw_scores":true}`,
+			want: []any{
+				map[string]any{"index": 1.0, "score": 4.0},
+				map[string]any{"index": 2.0, "score": 0.0},
+				map[string]any{"index": 0.0, "score": -3.0},
+			},
+			wantTrunc: relevancev1.Truncation_TRUNCATION_NONE,
+		},
+		{
+			name: "llama.cpp's path",
+			path: "/v1/reranking",
+			body: `{"query":"fruit","texts":["cherry"],"truncate":false,"truncation_direction":"left"}`,
+			want: []any{
+				map[string]any{"index": 0.0, "score": 0.5},
+			},
+			wantTrunc: relevancev1.Truncation_TRUNCATION_NONE,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do(t, "POST", tc.path, tc.body, nil)
+			if r.code != 200 {
+				t.Fatalf("status %d: %s", r.code, r.body)
+			}
+			if d := gocmp.Diff(tc.want, decodeAny(t, r.body)); d != "" {
+				t.Errorf("reply (-want +got):\n%s", d)
+			}
+			if got := e.core.last(t).GetOptions().GetTruncation(); got != tc.wantTrunc {
+				t.Errorf("truncation to core %v, want %v", got, tc.wantTrunc)
+			}
+		})
+	}
+}
+
+// TestTEIErrorsSpeakTEI: a TEI body's errors come in TEI's shape ({"error", "error_type"}) and
+// name TEI's fields, whether the front or the core found them.
+func TestTEIErrorsSpeakTEI(t *testing.T) {
+	e := startServer(t, DefaultConfig(), newFakeCore(), nil)
+	many := make([]string, 1001)
+	for i := range many {
+		many[i] = "x"
+	}
+	manyJSON, _ := json.Marshal(many)
+	tests := []struct {
+		name, body string
+		code       int
+		want       string
+	}{
+		{"left cut refused", `{"query":"q","texts":["a"],"truncate":true,"truncation_direction":"left"}`, 422, "truncation_direction: left is not supported"},
+		{"unknown direction", `{"query":"q","texts":["a"],"truncation_direction":"up"}`, 422, `truncation_direction: must be right or left, got "up"`},
+		{"no query", `{"texts":["a"]}`, 422, "query: is required"},
+		{"a text of the wrong type", `{"query":"q","texts":["a",7]}`, 422, "texts[1]: must be a string"},
+		{"the core's limit, named as TEI names it", `{"query":"q","texts":` + string(manyJSON) + `}`, 422, "texts: "},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do(t, "POST", "/rerank", tc.body, nil)
+			if r.code != tc.code {
+				t.Fatalf("status %d, want %d: %s", r.code, tc.code, r.body)
+			}
+			var body struct {
+				Error     string `json:"error"`
+				ErrorType string `json:"error_type"`
+			}
+			if err := json.Unmarshal(r.body, &body); err != nil {
+				t.Fatalf("error body is not TEI's shape: %v: %s", err, r.body)
+			}
+			if !strings.Contains(body.Error, tc.want) || body.ErrorType != "validation" {
+				t.Errorf("error %q (type %q), want one containing %q of type validation", body.Error, body.ErrorType, tc.want)
+			}
+		})
+	}
+}
+
+// TestJinaBodyMentioningTextsStaysJina: only a top-level "texts" without "documents" makes a
+// body TEI's; the word inside a document, or beside "documents", does not.
+func TestJinaBodyMentioningTextsStaysJina(t *testing.T) {
+	e := startServer(t, DefaultConfig(), newFakeCore(), nil)
+	for _, body := range []string{
+		`{"query":"q","documents":["the \"texts\" key"]}`,
+		`{"query":"q","documents":["apple"],"texts":["ignored"]}`,
+	} {
+		r := e.do(t, "POST", "/rerank", body, nil)
+		if r.code != 200 {
+			t.Fatalf("%s: status %d: %s", body, r.code, r.body)
+		}
+		if _, ok := decode(t, r.body)["results"]; !ok {
+			t.Errorf("%s: not a Jina reply: %s", body, r.body)
+		}
+	}
+}
+
+// TestVLLMScoreAPI sends vLLM's score bodies to /score and /v1/score and wants vLLM's reply:
+// the scores in pair order, one core request per distinct text_1.
+func TestVLLMScoreAPI(t *testing.T) {
+	e := startServer(t, DefaultConfig(), newFakeCore(), nil)
+	for _, path := range []string{"/score", "/v1/score"} {
+		t.Run(path, func(t *testing.T) {
+			r := e.do(t, "POST", path, `{"model":"qwen3-reranker","text_1":"fruit","text_2":["apple","banana","cherry"]}`, nil)
+			if r.code != 200 {
+				t.Fatalf("status %d: %s", r.code, r.body)
+			}
+			got := decode(t, r.body)
+			if id, _ := got["id"].(string); !strings.HasPrefix(id, "score-") {
+				t.Errorf("id %v, want score-…", got["id"])
+			}
+			if c, _ := got["created"].(float64); c < 1e9 {
+				t.Errorf("created %v, want a Unix time", got["created"])
+			}
+			delete(got, "id")
+			delete(got, "created")
+			want := map[string]any{"object": "list", "model": "qwen3-reranker-tiny",
+				"data": []any{
+					map[string]any{"index": 0.0, "object": "score", "score": 0.2},
+					map[string]any{"index": 1.0, "object": "score", "score": 0.9},
+					map[string]any{"index": 2.0, "object": "score", "score": 0.5},
+				},
+				"usage": map[string]any{"prompt_tokens": 30.0, "total_tokens": 30.0, "completion_tokens": 0.0}}
+			if d := gocmp.Diff(want, got); d != "" {
+				t.Errorf("reply (-want +got):\n%s", d)
+			}
+			wantReq := &relevancev1.ScoreRequest{Query: "fruit", Model: "qwen3-reranker",
+				Items: []*relevancev1.Item{{Text: "apple"}, {Text: "banana"}, {Text: "cherry"}}}
+			if d := gocmp.Diff(wantReq, e.core.last(t), protocmp.Transform()); d != "" {
+				t.Errorf("request to core (-want +got):\n%s", d)
+			}
+		})
+	}
+
+	t.Run("pairs of several queries", func(t *testing.T) {
+		core := newFakeCore()
+		e := startServer(t, DefaultConfig(), core, nil)
+		r := e.do(t, "POST", "/score", `{"text_1":["q1","q2","q1"],"text_2":["apple","banana","cherry"]}`,
+			map[string]string{HeaderRequestID: "pairs"})
+		if r.code != 200 {
+			t.Fatalf("status %d: %s", r.code, r.body)
+		}
+		var got vllmScoreResponse
+		if err := json.Unmarshal(r.body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if want := []float64{0.2, 0.9, 0.5}; len(got.Data) != 3 || got.Data[0].Score != want[0] || got.Data[1].Score != want[1] || got.Data[2].Score != want[2] {
+			t.Errorf("data %+v, want scores %v in pair order", got.Data, want)
+		}
+		if got.ID != "score-pairs" || got.Usage.PromptTokens != 30 {
+			t.Errorf("id %q usage %+v, want score-pairs and 30 prompt tokens", got.ID, got.Usage)
+		}
+		core.mu.Lock()
+		defer core.mu.Unlock()
+		byQuery := map[string][]string{}
+		ids := map[string]bool{}
+		for _, req := range core.got {
+			for _, it := range req.GetItems() {
+				byQuery[req.GetQuery()] = append(byQuery[req.GetQuery()], it.GetText())
+			}
+			ids[req.GetRequestId()] = true
+		}
+		if d := gocmp.Diff(map[string][]string{"q1": {"apple", "cherry"}, "q2": {"banana"}}, byQuery); d != "" || len(core.got) != 2 {
+			t.Errorf("%d core requests, items by query (-want +got):\n%s", len(core.got), d)
+		}
+		if len(ids) != 2 {
+			t.Errorf("core request ids %v, want one per core request", ids)
+		}
+	})
+}
+
+// TestVLLMScoreErrorsNameItsFields: a bad vLLM score body is refused naming text_1, text_2 or
+// the option, whether the front or the core found it.
+func TestVLLMScoreErrorsNameItsFields(t *testing.T) {
+	e := startServer(t, DefaultConfig(), newFakeCore(), nil)
+	tests := []struct {
+		body string
+		code int
+		want string
+	}{
+		{`{"text_1":"q"}`, 422, "text_2: is required"},
+		{`{"text_1":["a","b"],"text_2":["x","y","z"]}`, 422, "text_1: has 2 texts and text_2 3"},
+		{`{"text_1":"q","text_2":[]}`, 422, "text_2: must not be empty"},
+		{`{"text_1":"q","text_2":[1]}`, 400, "text_2[0]: must be a string, got a number"},
+		{`{"text_1":5,"text_2":"a"}`, 400, "text_1: must be a string or a list of strings, got a number"},
+		{`{"text_1":"q","text_2":"a","truncate_prompt_tokens":16}`, 422, "truncate_prompt_tokens: is not supported"},
+		{`{"text_1":"","text_2":"a"}`, 422, "text_1: "},
+	}
+	for _, tc := range tests {
+		r := e.do(t, "POST", "/score", tc.body, nil)
+		if r.code != tc.code {
+			t.Errorf("%s: status %d, want %d: %s", tc.body, r.code, tc.code, r.body)
+			continue
+		}
+		var body errorBody
+		if err := json.Unmarshal(r.body, &body); err != nil || !strings.Contains(body.Error.Message, tc.want) {
+			t.Errorf("%s: error %s, want one containing %q", tc.body, r.body, tc.want)
+		}
+	}
+	// The JSON mirror of Ranker/Score still answers on /v1/score.
+	r := e.do(t, "POST", "/v1/score", `{"query":"fruit","items":[{"id":"a","text":"banana"}]}`, nil)
+	if r.code != 200 || !strings.Contains(string(r.body), `"scores"`) {
+		t.Errorf("/v1/score with a Ranker body: %d %s", r.code, r.body)
+	}
+}
