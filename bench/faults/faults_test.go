@@ -35,14 +35,10 @@ func buildBinaries(t *testing.T) string {
 
 func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 
-// TestEndToEnd runs three scenarios, quick, on two real emulated nodes and a real proxy: the
-// baseline (with the ideal scheduler's yardstick and the nodes' own accounts), a node SIGKILLed
-// under load (restarted by the supervisor, watched back into traffic) and the malformed inputs
-// (which must leave every process alive).
-func TestEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a cluster and sends load for ~15 s")
-	}
+// emulatedTestCluster is a cluster of n emulated nodes from freshly built binaries, logging to a
+// temporary folder, and the compare workload.
+func emulatedTestCluster(t *testing.T, n int) (cluster.Config, workload.Spec) {
+	t.Helper()
 	bin := buildBinaries(t)
 	spec, err := workload.Load("../../configs/workloads/compare.yaml")
 	if err != nil {
@@ -51,7 +47,19 @@ func TestEndToEnd(t *testing.T) {
 	var cfg cluster.Config
 	cfg.BinDir, cfg.LogDir = bin, t.TempDir()
 	cfg.ReadyTimeout = time.Minute
-	cfg.Nodes.Count, cfg.Nodes.Engine, cfg.Nodes.CostProfile = 2, "emulated", "../results/profile-small-auto.json"
+	cfg.Nodes.Count, cfg.Nodes.Engine, cfg.Nodes.CostProfile = n, "emulated", "../results/profile-small-auto.json"
+	return cfg, spec
+}
+
+// TestEndToEnd runs three scenarios, quick, on two real emulated nodes and a real proxy: the
+// baseline (with the ideal scheduler's yardstick and the nodes' own accounts), a node SIGKILLed
+// under load (restarted by the supervisor, watched back into traffic) and the malformed inputs
+// (which must leave every process alive).
+func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster and sends load for ~15 s")
+	}
+	cfg, spec := emulatedTestCluster(t, 2)
 	var lines []string
 	var pids []int
 	o := Options{Cluster: cfg, Workload: spec, Quick: true, Capacity: 3, Scenarios: []string{"baseline", "sigkill", "malformed"},
@@ -135,16 +143,9 @@ func TestPrefixCrashRunsOnRealNodesBesideAnEmulatedCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two clusters and a storm for ~10 s")
 	}
-	bin := buildBinaries(t)
-	spec, err := workload.Load("../../configs/workloads/compare.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg cluster.Config
-	cfg.BinDir, cfg.LogDir = bin, t.TempDir()
-	cfg.ReadyTimeout = time.Minute
+	cfg, spec := emulatedTestCluster(t, 1)
 	cfg.Model = cluster.Model{Dir: filepath.Join(t.TempDir(), "tiny-qwen3"), Arch: "qwen3", Preset: "tiny", Seed: 3}
-	cfg.Nodes.Count, cfg.Nodes.Engine, cfg.Nodes.CostProfile, cfg.Nodes.Threads = 1, "emulated", "../results/profile-small-auto.json", 1
+	cfg.Nodes.Threads = 1
 	o := Options{Cluster: cfg, Workload: spec, Quick: true, Capacity: 3, Scenarios: []string{"prefix-crash"}, PrefixCrashRealNodes: 2}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -130,14 +130,9 @@ func parseTEI(body []byte) (*relevancev1.ScoreRequest, []string, teiRequest, err
 			return nil, nil, tr, unacceptable("truncation_direction", "left is not supported: documents are cut at their end (right)")
 		}
 	}
-	texts := make([]string, len(tr.Texts))
-	items := make([]*relevancev1.Item, len(tr.Texts))
-	for i, d := range tr.Texts {
-		if d.err != nil {
-			return nil, nil, tr, unacceptable(fmt.Sprintf("texts[%d]", i), "%v", d.err)
-		}
-		texts[i] = d.text
-		items[i] = &relevancev1.Item{Text: d.text}
+	texts, items, err := itemsOf("texts", tr.Texts)
+	if err != nil {
+		return nil, nil, tr, err
 	}
 	req := &relevancev1.ScoreRequest{Query: *tr.Query, Instruction: tr.Instruction, Items: items,
 		Options: &relevancev1.ScoreOptions{Truncation: trunc, NoCache: tr.Cache != nil && !*tr.Cache}}

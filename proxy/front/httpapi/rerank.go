@@ -89,14 +89,9 @@ func parseRerank(body []byte) (*relevancev1.ScoreRequest, []string, rerankReques
 	case rr.MaxTokensPerDoc != nil && (*rr.MaxTokensPerDoc < 1 || *rr.MaxTokensPerDoc > maxDocTokens):
 		return nil, nil, rr, unacceptable("max_tokens_per_doc", "must be in [1, %d], got %d", int64(maxDocTokens), *rr.MaxTokensPerDoc)
 	}
-	texts := make([]string, len(rr.Documents))
-	items := make([]*relevancev1.Item, len(rr.Documents))
-	for i, d := range rr.Documents {
-		if d.err != nil {
-			return nil, nil, rr, unacceptable(fmt.Sprintf("documents[%d]", i), "%v", d.err)
-		}
-		texts[i] = d.text
-		items[i] = &relevancev1.Item{Text: d.text}
+	texts, items, err := itemsOf("documents", rr.Documents)
+	if err != nil {
+		return nil, nil, rr, err
 	}
 	req := &relevancev1.ScoreRequest{
 		Query:       *rr.Query,
@@ -117,6 +112,22 @@ func parseRerank(body []byte) (*relevancev1.ScoreRequest, []string, rerankReques
 		req.Options.NoCache = true
 	}
 	return req, texts, rr, nil
+}
+
+// itemsOf turns the decoded entries of a list of documents (named field in the route's
+// vocabulary) into their texts and the core's items; the first entry that did not decode is the
+// error, named by its index.
+func itemsOf(field string, docs []document) ([]string, []*relevancev1.Item, error) {
+	texts := make([]string, len(docs))
+	items := make([]*relevancev1.Item, len(docs))
+	for i, d := range docs {
+		if d.err != nil {
+			return nil, nil, unacceptable(fmt.Sprintf("%s[%d]", field, i), "%v", d.err)
+		}
+		texts[i] = d.text
+		items[i] = &relevancev1.Item{Text: d.text}
+	}
+	return texts, items, nil
 }
 
 // document is one entry of "documents". Its error is kept rather than returned so that the
