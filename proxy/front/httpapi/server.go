@@ -14,8 +14,8 @@
 // in the route's vocabulary ("documents[2]" on the rerank routes for the core's "items[2].text"):
 // 400 for a body that is not the JSON expected (malformed, a wrong type, invalid UTF-8 anywhere),
 // 422 for a well-formed body with a bad value, 413 over http.max_body_bytes; core errors map as
-// in front.Classify. /v2/* answers errors as Cohere does ({"message"}), the rest as
-// {"error": {"message", "type", "code"}}.
+// in front.Classify. /v2/* answers errors as Cohere does ({"message"}), a TEI body as TEI does
+// ({"error", "error_type"}), the rest as {"error": {"message", "type", "code"}}.
 //
 // Every handler copies what it hands to the core (encoding/json and protojson allocate fresh
 // strings), because fasthttp reuses a RequestCtx's buffers once the handler returns while the
