@@ -87,15 +87,17 @@ func (l cacheLookup) splice(req *relevancev1.ScoreRequest, resp *relevancev1.Sco
 		s.Index = uint32(i)
 		resp.Scores[i] = s
 	}
-	for i, it := range req.GetItems() {
-		if l.hit[i] {
-			resp.Scores[i] = l.cached[i].ItemScore(i, it.GetId())
-		}
-	}
-	resp.Ranking = merge.Ranking(resp.Scores, int(req.GetTopN()))
 	if resp.Usage == nil {
 		resp.Usage = &relevancev1.Usage{}
 	}
+	for i, it := range req.GetItems() {
+		if l.hit[i] {
+			resp.Scores[i] = l.cached[i].ItemScore(i, it.GetId())
+			// prompt_tokens is every prompt token the request stands for, a cached item's too.
+			resp.Usage.PromptTokens += l.cached[i].PromptTokens()
+		}
+	}
+	resp.Ranking = merge.Ranking(resp.Scores, int(req.GetTopN()))
 	resp.Usage.CachedItems = uint64(len(req.GetItems()) - len(l.missed))
 	return resp
 }
@@ -106,6 +108,7 @@ func (p *Proxy) fromCache(req *relevancev1.ScoreRequest, reqID string, l cacheLo
 		Usage: &relevancev1.Usage{CachedItems: uint64(len(req.GetItems()))}, Model: p.servedModel()}
 	for i, it := range req.GetItems() {
 		out.Scores[i] = l.cached[i].ItemScore(i, it.GetId())
+		out.Usage.PromptTokens += l.cached[i].PromptTokens()
 	}
 	out.Ranking = merge.Ranking(out.Scores, int(req.GetTopN()))
 	if req.GetOptions().GetReturnTimings() {
@@ -128,6 +131,7 @@ func (p *Proxy) fill(req *relevancev1.ScoreRequest, fp string, l cacheLookup, re
 			keys[i] = keyer.Key(it.GetText())
 		}
 	}
+	prefix := prefixPerItem(resp)
 	for j, s := range resp.GetScores() {
 		if !scorecache.Cacheable(s) {
 			continue
@@ -136,7 +140,7 @@ func (p *Proxy) fill(req *relevancev1.ScoreRequest, fp string, l cacheLookup, re
 		if l.missed != nil {
 			i = l.missed[j]
 		}
-		p.cache.Put(keys[i], scorecache.EntryOf(s))
+		p.cache.Put(keys[i], scorecache.EntryOf(s, prefix))
 	}
 }
 
@@ -149,4 +153,24 @@ func (p *Proxy) servedModel() string {
 		return ms[0]
 	}
 	return ""
+}
+
+// prefixPerItem is the shared prefix each scored item of resp stood for, in tokens: a node counts
+// prompt_tokens as Σ (prefix + the item's tokens) over the scored items, and every item of one
+// request has the same prefix. Backends that report no per-item tokens get the mean prompt.
+func prefixPerItem(resp *relevancev1.ScoreResponse) uint32 {
+	var scored, own uint64
+	for _, s := range resp.GetScores() {
+		switch s.GetStatus() {
+		case relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG, relevancev1.ItemStatus_ITEM_STATUS_FAILED:
+		default:
+			scored++
+			own += uint64(s.GetTokens())
+		}
+	}
+	total := resp.GetUsage().GetPromptTokens()
+	if scored == 0 || total < own {
+		return 0
+	}
+	return uint32(min((total-own)/scored, 1<<32-1))
 }

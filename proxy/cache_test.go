@@ -63,6 +63,34 @@ func TestScoreCacheServesRepeatsWithoutNodes(t *testing.T) {
 	}
 }
 
+// TestCachedItemsCountTheirPromptTokens: usage.prompt_tokens is every prompt token the request
+// stands for, so a request answered wholly or partly from the cache reports what the same request
+// scored by the nodes reports (cached_items says how many nodes did not compute).
+func TestCachedItemsCountTheirPromptTokens(t *testing.T) {
+	nodes := startNodes(t, 2, fakenode.Options{Fingerprint: "model-a"})
+	p, _ := startProxy(t, testConfig(nodes.Addrs()))
+	fresh := func(r *relevancev1.ScoreRequest) uint64 {
+		r.Options = &relevancev1.ScoreOptions{NoCache: true}
+		return score(t, p, r).GetUsage().GetPromptTokens()
+	}
+	first := score(t, p, makeRequest(10, 1)).GetUsage().GetPromptTokens()
+	if first == 0 {
+		t.Fatal("the nodes reported no prompt tokens")
+	}
+	if got := score(t, p, makeRequest(10, 1)).GetUsage(); got.GetCachedItems() != 10 || got.GetPromptTokens() != first {
+		t.Errorf("all cached: usage %+v, want 10 cached items and %d prompt tokens", got, first)
+	}
+	mixed := func() *relevancev1.ScoreRequest {
+		r := makeRequest(10, 1)
+		r.Items = append(r.Items[:5], makeRequest(5, 77).Items...)
+		return r
+	}
+	got := score(t, p, mixed()).GetUsage()
+	if want := fresh(mixed()); got.GetCachedItems() != 5 || got.GetPromptTokens() != want {
+		t.Errorf("half cached: usage %+v, want 5 cached items and %d prompt tokens (the nodes' count)", got, want)
+	}
+}
+
 // TestModelSwapUnderTraffic: nodes swap model one after the other (a rolling update) while
 // requests flow. No reply ever mixes scores of the two models, and once the cluster serves the
 // new model no score of the old one is served, from a node or from the cache.

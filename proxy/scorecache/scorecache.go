@@ -36,6 +36,18 @@ type Entry struct {
 	Status          relevancev1.ItemStatus
 	Tokens          uint32
 	TruncatedTokens uint32
+	// PrefixTokens is the shared prefix (template, instruction, query) the item was scored
+	// after, in tokens: with Tokens, the prompt a hit stands for in the reply's usage.
+	PrefixTokens uint32
+}
+
+// PromptTokens is the prompt tokens the item stands for: its prefix and its own tokens when it
+// was scored, none when it was refused as too long (as a node counts them).
+func (e Entry) PromptTokens() uint64 {
+	if e.Status == relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG {
+		return 0
+	}
+	return uint64(e.PrefixTokens) + uint64(e.Tokens)
 }
 
 // Cacheable reports whether an item's outcome may be cached: scored (possibly truncated) or
@@ -49,9 +61,11 @@ func Cacheable(s *relevancev1.ItemScore) bool {
 	return false
 }
 
-// EntryOf is the cacheable part of a node's item score.
-func EntryOf(s *relevancev1.ItemScore) Entry {
-	return Entry{Score: s.GetScore(), Logit: s.GetLogit(), Status: s.GetStatus(), Tokens: s.GetTokens(), TruncatedTokens: s.GetTruncatedTokens()}
+// EntryOf is the cacheable part of a node's item score, scored after prefixTokens of shared
+// prefix.
+func EntryOf(s *relevancev1.ItemScore, prefixTokens uint32) Entry {
+	return Entry{Score: s.GetScore(), Logit: s.GetLogit(), Status: s.GetStatus(), Tokens: s.GetTokens(),
+		TruncatedTokens: s.GetTruncatedTokens(), PrefixTokens: prefixTokens}
 }
 
 // ItemScore rebuilds an item score for request item i.
