@@ -261,6 +261,15 @@ func stringOrList(field string, raw json.RawMessage) ([]string, error) {
 	return out, nil
 }
 
+// Bounds on a vLLM score request with several text_1: each distinct one is a request of its own
+// to the core (planned, admitted and split over the nodes), so a body of a thousand one-pair
+// queries would be a thousand requests. Up to maxScoreQueries are accepted, run at most
+// scoreQueriesAtOnce at a time.
+const (
+	maxScoreQueries    = 64
+	scoreQueriesAtOnce = 8
+)
+
 // scoreGroup is one query's share of a vLLM score request: the pairs it is text_1 of.
 type scoreGroup struct {
 	req   *relevancev1.ScoreRequest
@@ -307,6 +316,9 @@ func parseVLLMScore(body []byte) ([]scoreGroup, int, error) {
 		}
 		g, ok := byQuery[query]
 		if !ok {
+			if len(groups) == maxScoreQueries {
+				return nil, 0, unacceptable("text_1", "has more than %d distinct texts: send them in separate requests", maxScoreQueries)
+			}
 			g = len(groups)
 			byQuery[query] = g
 			req := &relevancev1.ScoreRequest{Query: query, Instruction: vr.Instruction, Model: vr.Model}
@@ -349,8 +361,13 @@ func (s *Server) serveVLLMScore(ctx *fasthttp.RequestCtx, rt *route) {
 		results[0].resp, results[0].err = s.run(groups[0].req)
 	} else {
 		var wg sync.WaitGroup
+		slots := make(chan struct{}, scoreQueriesAtOnce)
 		for g := range groups {
-			wg.Go(func() { results[g].resp, results[g].err = s.run(groups[g].req) })
+			wg.Go(func() {
+				slots <- struct{}{}
+				defer func() { <-slots }()
+				results[g].resp, results[g].err = s.run(groups[g].req)
+			})
 		}
 		wg.Wait()
 	}

@@ -3,8 +3,11 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -239,6 +242,7 @@ func TestVLLMScoreErrorsNameItsFields(t *testing.T) {
 		{`{"text_1":5,"text_2":"a"}`, 400, "text_1: must be a string or a list of strings, got a number"},
 		{`{"text_1":"q","text_2":"a","truncate_prompt_tokens":16}`, 422, "truncate_prompt_tokens: is not supported"},
 		{`{"text_1":"","text_2":"a"}`, 422, "text_1: "},
+		{manyQueries(maxScoreQueries + 1), 422, "text_1: has more than 64 distinct texts"},
 	}
 	for _, tc := range tests {
 		r := e.do(t, "POST", "/score", tc.body, nil)
@@ -255,5 +259,48 @@ func TestVLLMScoreErrorsNameItsFields(t *testing.T) {
 	r := e.do(t, "POST", "/v1/score", `{"query":"fruit","items":[{"id":"a","text":"banana"}]}`, nil)
 	if r.code != 200 || !strings.Contains(string(r.body), `"scores"`) {
 		t.Errorf("/v1/score with a Ranker body: %d %s", r.code, r.body)
+	}
+}
+
+// manyQueries is a vLLM score body of n pairs, each with a text_1 of its own.
+func manyQueries(n int) string {
+	q := make([]string, n)
+	d := make([]string, n)
+	for i := range q {
+		q[i], d[i] = "query "+strconv.Itoa(i), "apple"
+	}
+	qj, _ := json.Marshal(q)
+	dj, _ := json.Marshal(d)
+	return `{"text_1":` + string(qj) + `,"text_2":` + string(dj) + `}`
+}
+
+// TestVLLMScoreQueriesRunAFewAtATime: a score body of many distinct text_1 runs them as core
+// requests at most scoreQueriesAtOnce at a time, and answers every pair.
+func TestVLLMScoreQueriesRunAFewAtATime(t *testing.T) {
+	core := newFakeCore()
+	var inflight, peak atomic.Int32
+	core.fn = func(_ context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
+		n := inflight.Add(1)
+		defer inflight.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+		return defaultScores(req), nil
+	}
+	e := startServer(t, DefaultConfig(), core, nil)
+	r := e.do(t, "POST", "/score", manyQueries(maxScoreQueries), nil)
+	if r.code != 200 {
+		t.Fatalf("status %d: %s", r.code, r.body)
+	}
+	var got vllmScoreResponse
+	if err := json.Unmarshal(r.body, &got); err != nil || len(got.Data) != maxScoreQueries {
+		t.Fatalf("%d scores (%v), want %d", len(got.Data), err, maxScoreQueries)
+	}
+	if p := peak.Load(); p > scoreQueriesAtOnce || p < 2 {
+		t.Errorf("at most %d core requests at once, want 2..%d", p, scoreQueriesAtOnce)
 	}
 }
