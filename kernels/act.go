@@ -73,6 +73,11 @@ func mixGeneric(dst, x []float32, a, b float32) {
 	}
 }
 
+// AddTo sets dst[i] += src[i] for i < len(dst) (the residual adds of the forward pass), 8 lanes
+// at a time where the CPU has AVX2. The bits are the scalar sum's: it is mixF32 with both
+// factors 1, and 1·x is x exactly.
+func AddTo(dst, src []float32) { mixF32(dst, src, 1, 1) }
+
 // scaleF32 sets dst[i] = s·x[i].
 func scaleF32(dst, x []float32, s float32) {
 	n := len(dst)

@@ -79,7 +79,7 @@ func testSiLUMul(t *testing.T) {
 	}
 }
 
-// TestMixAndScaleAreTheScalarArithmetic wants the vector merge and scale of attention's rows to
+// TestMixAndScaleAreTheScalarArithmetic wants the vector merge and scale of attention's rows, and the residual add, to
 // give exactly the bits of the scalar reference, for every length class: the lanes and the
 // scalar tail must compute the same rounded products and sum.
 func TestMixAndScaleAreTheScalarArithmetic(t *testing.T) {
@@ -104,6 +104,14 @@ func testMixAndScale(t *testing.T) {
 			}
 			if i := firstBitDiff(got, want); i >= 0 {
 				t.Fatalf("mix n=%d a=%v b=%v: [%d] = %v, want %v", n, a, b, i, got[i], want[i])
+			}
+			got = append(got[:0], d0...)
+			AddTo(got, x)
+			for i := range want {
+				want[i] = d0[i] + x[i]
+			}
+			if i := firstBitDiff(got, want); i >= 0 {
+				t.Fatalf("add n=%d: [%d] = %v, want %v", n, i, got[i], want[i])
 			}
 			scaleF32(got, x, b)
 			for i := range want {

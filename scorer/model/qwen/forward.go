@@ -646,11 +646,7 @@ func addBias(x, bias []float32, rows int) {
 	}
 }
 
-func addTo(dst, src []float32) {
-	for i, v := range src {
-		dst[i] += v
-	}
-}
+func addTo(dst, src []float32) { kernels.AddTo(dst, src) }
 
 func (m *Model) checkID(id int32) error {
 	if id < 0 || int(id) >= m.Config.VocabSize {
