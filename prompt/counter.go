@@ -84,6 +84,9 @@ func (c *Counter) Template(instruction string) int {
 	return c.head + c.plain(QueryLead(instruction))
 }
 
+// Tail is the template tail's tokens: the part of every Item count that is not the document.
+func (c *Counter) Tail() int { return c.tail }
+
 // Item is one item's own tokens: the document and the template tail.
 func (c *Counter) Item(text string) int {
 	if !c.exact {

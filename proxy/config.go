@@ -243,7 +243,8 @@ type CostConfig struct {
 type LimitsConfig struct {
 	// MaxItems per request. Default 1000.
 	MaxItems int `yaml:"max_items" json:"max_items"`
-	// MaxItemBytes per item text. Default 32768.
+	// MaxItemBytes per item text. Default 65536, the scorer's default: documents up to it are
+	// cut to the model's prompt limit rather than refused.
 	MaxItemBytes int `yaml:"max_item_bytes" json:"max_item_bytes"`
 	// MaxQueryBytes for the query and for the instruction. Default 8192.
 	MaxQueryBytes int `yaml:"max_query_bytes" json:"max_query_bytes"`
@@ -293,7 +294,7 @@ func DefaultConfig() Config {
 		},
 		Model:            ModelConfig{Aliases: []string{"rerank"}},
 		Cache:            CacheConfig{BudgetBytes: 64 << 20, TTL: 10 * time.Minute},
-		Limits:           LimitsConfig{MaxItems: 1000, MaxItemBytes: 32 << 10, MaxQueryBytes: 8 << 10},
+		Limits:           LimitsConfig{MaxItems: 1000, MaxItemBytes: 64 << 10, MaxQueryBytes: 8 << 10},
 		SLO:              500 * time.Millisecond,
 		OnPartialFailure: PartialFail,
 	}

@@ -225,7 +225,7 @@ func TestValidation(t *testing.T) {
 		{"no items", &relevancev1.ScoreRequest{Query: "q"}, "items: empty"},
 		{"too many", &relevancev1.ScoreRequest{Query: "q", Items: many}, "items: 1001 items, limit 1000"},
 		{"bad text", &relevancev1.ScoreRequest{Query: "q", Items: item("a\xffb")}, "items[1].text: invalid UTF-8"},
-		{"long text", &relevancev1.ScoreRequest{Query: "q", Items: item(strings.Repeat("x", 40000))}, "items[1].text: 40000 bytes, limit 32768"},
+		{"long text", &relevancev1.ScoreRequest{Query: "q", Items: item(strings.Repeat("x", 70000))}, "items[1].text: 70000 bytes, limit 65536"},
 		{"nil item", &relevancev1.ScoreRequest{Query: "q", Items: []*relevancev1.Item{nil}}, "items[0]: missing"},
 	}
 	for _, tt := range tests {

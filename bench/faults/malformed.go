@@ -104,7 +104,7 @@ const badUTF8 = "bad \xff\xfe utf8 \xc3"
 // Size limits of the proxy's defaults (configs/proxy.yaml limits and http.max_body_bytes).
 const (
 	maxQueryBytes = 8192
-	maxItemBytes  = 32768
+	maxItemBytes  = 65536
 	maxItems      = 1000
 	maxBodyBytes  = 8 << 20
 )

@@ -82,6 +82,7 @@ type Node struct {
 
 	model       atomic.Pointer[string] // the model name of the node's last reply
 	fingerprint atomic.Pointer[string] // the model fingerprint of the node's last reply
+	maxPrompt   atomic.Int64           // the prompt limit of the node's last reply (0: unknown)
 
 	prefixes  prefixMemory // prefix keys believed cached on the node (prefixes.go)
 	cacheSeen atomic.Bool  // the node has reused a cached prefix at least once
@@ -249,6 +250,10 @@ func scale(c, ref costmodel.Coeffs) float64 {
 	return c.Seconds(costmodel.RefFeatures) / r
 }
 
+// MaxPromptTokens is the node's prompt limit in tokens, as its last reply reported it (0:
+// unknown): an item is cut, or refused, to fit it.
+func (n *Node) MaxPromptTokens() int { return int(n.maxPrompt.Load()) }
+
 // Observe learns from a successful reply.
 func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 	// A NaN or infinite load (a buggy node) is ignored: it would make this node's load compare
@@ -264,6 +269,9 @@ func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 		}
 	}
 	n.SetFingerprint(resp.GetModelFingerprint())
+	if m := resp.GetMaxPromptTokens(); m > 0 {
+		n.maxPrompt.Store(int64(m))
+	}
 	n.seed(resp.GetLoad().GetCostModel())
 	st := resp.GetStats()
 	if st == nil || !(st.GetComputeSeconds() > 0) {

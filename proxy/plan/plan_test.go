@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/internal/fakenode"
@@ -266,5 +268,51 @@ func TestImbalanceIsPerNode(t *testing.T) {
 	}
 	if got := plan(nf{a, 0.1}, nf{a, 0.3}, nf{b, 0.1}).Imbalance(); math.Abs(got-1.5) > 1e-9 {
 		t.Errorf("nodes finishing at 0.3 and 0.1 s: imbalance %.3f, want 1.5", got)
+	}
+}
+
+// TestLongItemsArePricedAsTheNodesCutThem: once a node has reported its prompt limit, an item
+// longer than the limit leaves the prefix is planned at what the node will compute of it (as is
+// one over the request's max_tokens_per_item), and a request that refuses truncation is planned
+// at its items' whole length.
+func TestLongItemsArePricedAsTheNodesCutThem(t *testing.T) {
+	c := startCluster(t, 1)
+	counter, err := prompt.NewCounter(prompt.CountEstimate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planner := NewPlanner(Config{MaxBatchItems: 4}, counter, cost.New(), c, NewPlacer(c, roundrobin.New(0)))
+	long := &relevancev1.ScoreRequest{Query: "usb-c charger", Items: []*relevancev1.Item{
+		{Text: strings.Repeat("charger cable port watt ", 1500)}, // ~6,000 tokens
+		{Text: "a 65 W GaN charger"},
+	}}
+	plan := func(opts *relevancev1.ScoreOptions) *Plan {
+		t.Helper()
+		req := proto.Clone(long).(*relevancev1.ScoreRequest)
+		req.Options = opts
+		pl := planner.Plan(req, "r", "")
+		if pl == nil {
+			t.Fatal("no plan")
+		}
+		pl.Release()
+		return pl
+	}
+	whole := plan(nil).ItemTokens[0]
+	if whole < 4000 {
+		t.Fatalf("the long item counted %d tokens; the test wants several thousand", whole)
+	}
+	c.Snapshot()[0].Observe(&relevancev1.ScoreBatchResponse{MaxPromptTokens: 1024}, time.Now())
+	pl := plan(nil)
+	if got, want := pl.ItemTokens[0], 1024-pl.PrefixTokens; got != want {
+		t.Errorf("after the node reported a limit of 1024: item planned at %d tokens, want %d (the limit less the %d-token prefix)", got, want, pl.PrefixTokens)
+	}
+	if got, short := pl.ItemTokens[1], plan(&relevancev1.ScoreOptions{Truncation: relevancev1.Truncation_TRUNCATION_NONE}).ItemTokens[1]; got != short {
+		t.Errorf("a short item planned at %d tokens, %d before: the cap must not touch it", got, short)
+	}
+	if got := plan(&relevancev1.ScoreOptions{MaxTokensPerItem: 100}).ItemTokens[0]; got != 100+counter.Tail() {
+		t.Errorf("max_tokens_per_item 100: item planned at %d tokens, want %d (the document's 100 and the template tail)", got, 100+counter.Tail())
+	}
+	if got := plan(&relevancev1.ScoreOptions{Truncation: relevancev1.Truncation_TRUNCATION_NONE}).ItemTokens[0]; got != whole {
+		t.Errorf("TRUNCATION_NONE: item planned at %d tokens, want its whole %d (it is refused, not cut)", got, whole)
 	}
 }

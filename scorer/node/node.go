@@ -698,6 +698,8 @@ func (n *Node) reply(req *pb.ScoreBatchRequest, g *scorer.Group, r passResult, i
 		Emulated: info.Emulated,
 		// The proxy pins a request to one fingerprint and keys its score cache by it.
 		ModelFingerprint: info.Fingerprint,
+		// The proxy caps its cost estimates of long items at what this node computes of them.
+		MaxPromptTokens: uint32(max(0, min(info.MaxTokens, math.MaxUint32))),
 	}
 	scored := 0
 	for i, it := range req.Items {

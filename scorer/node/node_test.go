@@ -335,6 +335,10 @@ func TestTruncationStatuses(t *testing.T) {
 	if s := resp.Scores[1]; s.Status != pb.ItemStatus_ITEM_STATUS_TRUNCATED || s.TruncatedTokens == 0 {
 		t.Errorf("long item = %v, want TRUNCATED", s)
 	}
+	// The reply says what it truncates to, so that the proxy prices long items as cut.
+	if resp.MaxPromptTokens != 20 {
+		t.Errorf("max_prompt_tokens %d, want the engine's 20", resp.MaxPromptTokens)
+	}
 	req := batch("q", "short", long)
 	req.Options = &pb.ScoreOptions{Truncation: pb.Truncation_TRUNCATION_NONE}
 	resp, err = h.client.ScoreBatch(ctxT(t), req)

@@ -1185,8 +1185,12 @@ type ScoreBatchResponse struct {
 	// give the same scores; the proxy never mixes fingerprints in one reply nor serves a cached
 	// score under another fingerprint. Empty: unknown.
 	ModelFingerprint string `protobuf:"bytes,8,opt,name=model_fingerprint,json=modelFingerprint,proto3" json:"model_fingerprint,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The node's prompt limit in tokens (prefix, document and template tail): a longer item is cut
+	// to fit (TRUNCATION_END) or refused (TRUNCATION_NONE). The proxy caps its cost estimate of an
+	// item at what the node will compute of it. 0: unknown.
+	MaxPromptTokens uint32 `protobuf:"varint,9,opt,name=max_prompt_tokens,json=maxPromptTokens,proto3" json:"max_prompt_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ScoreBatchResponse) Reset() {
@@ -1273,6 +1277,13 @@ func (x *ScoreBatchResponse) GetModelFingerprint() string {
 		return x.ModelFingerprint
 	}
 	return ""
+}
+
+func (x *ScoreBatchResponse) GetMaxPromptTokens() uint32 {
+	if x != nil {
+		return x.MaxPromptTokens
+	}
+	return 0
 }
 
 var File_relevance_v1_relevance_proto protoreflect.FileDescriptor
@@ -1372,7 +1383,7 @@ const file_relevance_v1_relevance_proto_rawDesc = "" +
 	"\x0emerged_batches\x18\x06 \x01(\rR\rmergedBatches\x12%\n" +
 	"\x0eforward_tokens\x18\a \x01(\x04R\rforwardTokens\x12'\n" +
 	"\x0fforward_seconds\x18\b \x01(\x01R\x0eforwardSeconds\x12.\n" +
-	"\x13merge_delay_seconds\x18\t \x01(\x01R\x11mergeDelaySeconds\"\xc4\x02\n" +
+	"\x13merge_delay_seconds\x18\t \x01(\x01R\x11mergeDelaySeconds\"\xf0\x02\n" +
 	"\x12ScoreBatchResponse\x12/\n" +
 	"\x06scores\x18\x01 \x03(\v2\x17.relevance.v1.ItemScoreR\x06scores\x12)\n" +
 	"\x05usage\x18\x02 \x01(\v2\x13.relevance.v1.UsageR\x05usage\x12*\n" +
@@ -1381,7 +1392,8 @@ const file_relevance_v1_relevance_proto_rawDesc = "" +
 	"\x05model\x18\x05 \x01(\tR\x05model\x12\x17\n" +
 	"\anode_id\x18\x06 \x01(\tR\x06nodeId\x12\x1a\n" +
 	"\bemulated\x18\a \x01(\bR\bemulated\x12+\n" +
-	"\x11model_fingerprint\x18\b \x01(\tR\x10modelFingerprint*Q\n" +
+	"\x11model_fingerprint\x18\b \x01(\tR\x10modelFingerprint\x12*\n" +
+	"\x11max_prompt_tokens\x18\t \x01(\rR\x0fmaxPromptTokens*Q\n" +
 	"\n" +
 	"Truncation\x12\x1a\n" +
 	"\x16TRUNCATION_UNSPECIFIED\x10\x00\x12\x12\n" +
