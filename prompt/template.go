@@ -18,6 +18,10 @@ package prompt
 // System is the reranker's system prompt.
 const System = `Judge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be "yes" or "no".`
 
+// DefaultMaxTokens is a scorer node's prompt limit when its configuration sets none: longer
+// prompts are cut (or refused). The proxy assumes it of a node that has not reported its own.
+const DefaultMaxTokens = 8192
+
 // DefaultInstruction is used when a request gives none.
 const DefaultInstruction = "Given a web search query, retrieve relevant passages that answer the query"
 

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/prompt"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/backend"
 	"github.com/relevance-scoring/relevance/proxy/backend/registry"
@@ -250,9 +251,20 @@ func scale(c, ref costmodel.Coeffs) float64 {
 	return c.Seconds(costmodel.RefFeatures) / r
 }
 
-// MaxPromptTokens is the node's prompt limit in tokens, as its last reply reported it (0:
-// unknown): an item is cut, or refused, to fit it.
-func (n *Node) MaxPromptTokens() int { return int(n.maxPrompt.Load()) }
+// MaxPromptTokens is the node's prompt limit in tokens, as its last reply reported it: an item
+// is cut, or refused, to fit it. Before its first reply a scorer node is assumed at the
+// scorer's default (prompt.DefaultMaxTokens), so that the first request with a long document
+// is not priced at the document's whole length; another kind of server reports none (0:
+// unknown).
+func (n *Node) MaxPromptTokens() int {
+	if m := n.maxPrompt.Load(); m > 0 {
+		return int(m)
+	}
+	if n.client != nil {
+		return prompt.DefaultMaxTokens
+	}
+	return 0
+}
 
 // Observe learns from a successful reply.
 func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {

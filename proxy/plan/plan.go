@@ -440,15 +440,13 @@ func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string
 
 // itemCap is the most tokens of one item the nodes will compute after a prefix of prefix tokens
 // (0: no bound known): a longer document is cut at its end to fit the nodes' prompt limit
-// (ScoreBatchResponse.max_prompt_tokens, the smallest among the candidates that reported one)
-// and the request's max_tokens_per_item, so its cost is that of the cut item; a request with
-// TRUNCATION_NONE gets no cap (the item is refused, not computed). Without the cap a document
-// of a few times the limit was priced at its whole length, quadratically, and admission refused
-// as too slow a request the nodes would have answered in time.
+// (Node.MaxPromptTokens, the smallest among the candidates that know one) and the request's
+// max_tokens_per_item, so its cost is that of the cut item. Under TRUNCATION_NONE such an item is
+// refused rather than computed, and is priced at the limit too, so that the request reaches the
+// node that refuses it (422, naming the item) rather than admission (a misleading 429). Without
+// the cap a document of a few times the limit was priced at its whole length, quadratically, and
+// admission refused as too slow a request the nodes would have answered in time.
 func itemCap(opts *relevancev1.ScoreOptions, prefix, tail int, cands []*cluster.Node) int {
-	if opts.GetTruncation() == relevancev1.Truncation_TRUNCATION_NONE {
-		return 0
-	}
 	c := 0
 	for _, n := range cands {
 		if m := n.MaxPromptTokens(); m > 0 && (c == 0 || m-prefix < c) {

@@ -271,10 +271,10 @@ func TestImbalanceIsPerNode(t *testing.T) {
 	}
 }
 
-// TestLongItemsArePricedAsTheNodesCutThem: once a node has reported its prompt limit, an item
-// longer than the limit leaves the prefix is planned at what the node will compute of it (as is
-// one over the request's max_tokens_per_item), and a request that refuses truncation is planned
-// at its items' whole length.
+// TestLongItemsArePricedAsTheNodesCutThem: an item longer than the nodes' prompt limit leaves
+// after the prefix is planned at what a node will compute of it (as is one over the request's
+// max_tokens_per_item), the scorer's default limit until a node reports its own; under
+// TRUNCATION_NONE too, where the node refuses the item instead of computing it.
 func TestLongItemsArePricedAsTheNodesCutThem(t *testing.T) {
 	c := startCluster(t, 1)
 	counter, err := prompt.NewCounter(prompt.CountEstimate)
@@ -312,7 +312,19 @@ func TestLongItemsArePricedAsTheNodesCutThem(t *testing.T) {
 	if got := plan(&relevancev1.ScoreOptions{MaxTokensPerItem: 100}).ItemTokens[0]; got != 100+counter.Tail() {
 		t.Errorf("max_tokens_per_item 100: item planned at %d tokens, want %d (the document's 100 and the template tail)", got, 100+counter.Tail())
 	}
-	if got := plan(&relevancev1.ScoreOptions{Truncation: relevancev1.Truncation_TRUNCATION_NONE}).ItemTokens[0]; got != whole {
-		t.Errorf("TRUNCATION_NONE: item planned at %d tokens, want its whole %d (it is refused, not cut)", got, whole)
+	if got := plan(&relevancev1.ScoreOptions{Truncation: relevancev1.Truncation_TRUNCATION_NONE}).ItemTokens[0]; got != 1024-pl.PrefixTokens {
+		t.Errorf("TRUNCATION_NONE: item planned at %d tokens, want %d (refused by the node, priced at the limit)", got, 1024-pl.PrefixTokens)
+	}
+	// Before any reply, a scorer node is assumed at the scorer's default limit.
+	huge := proto.Clone(long).(*relevancev1.ScoreRequest)
+	huge.Items[0].Text = strings.Repeat(huge.Items[0].Text, 3) // ~18,000 tokens
+	fresh := startCluster(t, 1)
+	p := NewPlanner(Config{MaxBatchItems: 4}, counter, cost.New(), fresh, NewPlacer(fresh, roundrobin.New(0))).Plan(huge, "r", "")
+	if p == nil {
+		t.Fatal("no plan")
+	}
+	p.Release()
+	if got, want := p.ItemTokens[0], prompt.DefaultMaxTokens-p.PrefixTokens; got != want {
+		t.Errorf("no node has reported: item planned at %d tokens, want %d (the scorer's default limit less the prefix)", got, want)
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/relevance-scoring/relevance/scorer/model/qwen"
 	"github.com/relevance-scoring/relevance/scorer/model/safetensors"
 	"github.com/relevance-scoring/relevance/scorer/prefixcache"
+	template "github.com/relevance-scoring/relevance/prompt"
 	"github.com/relevance-scoring/relevance/scorer/prompt"
 	"github.com/relevance-scoring/relevance/tokenizer"
 )
@@ -78,8 +79,9 @@ type Options struct {
 	Cost costmodel.Coeffs
 }
 
-// DefaultMaxTokens caps the prompt length when Options.MaxTokens is 0.
-const DefaultMaxTokens = 8192
+// DefaultMaxTokens caps the prompt length when Options.MaxTokens is 0 (the prompt contract's,
+// which the proxy assumes of a node that has not said).
+const DefaultMaxTokens = template.DefaultMaxTokens
 
 // Engine is a loaded model that scores prompt groups.
 type Engine struct {
