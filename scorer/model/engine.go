@@ -32,11 +32,11 @@ import (
 
 	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/kernels"
+	template "github.com/relevance-scoring/relevance/prompt"
 	"github.com/relevance-scoring/relevance/scorer"
 	"github.com/relevance-scoring/relevance/scorer/model/qwen"
 	"github.com/relevance-scoring/relevance/scorer/model/safetensors"
 	"github.com/relevance-scoring/relevance/scorer/prefixcache"
-	template "github.com/relevance-scoring/relevance/prompt"
 	"github.com/relevance-scoring/relevance/scorer/prompt"
 	"github.com/relevance-scoring/relevance/tokenizer"
 )
