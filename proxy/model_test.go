@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -37,6 +38,9 @@ func TestModelNames(t *testing.T) {
 		if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "The model `gpt-4o` does not exist. Served: qwen3-reranker-0.6b, rerank") {
 			t.Errorf("unknown model: %v, want NOT_FOUND naming the served models", err)
 		}
+		if got := p.ServedModels(); !slices.Equal(got, []string{"qwen3-reranker-0.6b", "rerank"}) {
+			t.Errorf("ServedModels %q, want the configured name and its alias", got)
+		}
 	})
 	t.Run("names the nodes report", func(t *testing.T) {
 		p, _ := startProxy(t, testConfig(nodes.Addrs()))
@@ -52,6 +56,9 @@ func TestModelNames(t *testing.T) {
 		req.Model = "anything"
 		if _, err := p.Score(context.Background(), req); status.Code(err) != codes.NotFound {
 			t.Errorf("another model once the nodes answered: %v, want NOT_FOUND", err)
+		}
+		if got := p.ServedModels(); !slices.Equal(got, []string{"fakenode", "rerank"}) {
+			t.Errorf("ServedModels %q, want the name the nodes reported and the default alias", got)
 		}
 	})
 }

@@ -176,6 +176,22 @@ func oneModel(pinned string, results []dispatch.Result) (string, error) {
 	return fp, nil
 }
 
+// ServedModels lists the names a request's model may give: the configured name, or else the
+// names the nodes report (known once a node has answered), then the configured aliases. GET
+// /v1/models lists them, so that a client can discover the name to send. Safe for concurrent use.
+func (p *Proxy) ServedModels() []string {
+	served := p.cluster.Models()
+	if p.cfg.Model.Name != "" {
+		served = []string{p.cfg.Model.Name}
+	}
+	for _, a := range p.cfg.Model.Aliases {
+		if !slices.Contains(served, a) {
+			served = append(served, a)
+		}
+	}
+	return served
+}
+
 // checkModel answers a request for a model this proxy does not serve as vLLM does: NOT_FOUND,
 // "The model `x` does not exist.", here with the served names. An empty name, the served name
 // and its aliases pass; with no configured name, the names the nodes report are the served ones,

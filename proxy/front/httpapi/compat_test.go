@@ -10,9 +10,12 @@ import (
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/proxy/front"
 )
 
 // logitScores is the fake core's default scoring with a logit that is not the score (10·score −
@@ -302,5 +305,35 @@ func TestVLLMScoreQueriesRunAFewAtATime(t *testing.T) {
 	}
 	if p := peak.Load(); p > scoreQueriesAtOnce || p < 2 {
 		t.Errorf("at most %d core requests at once, want 2..%d", p, scoreQueriesAtOnce)
+	}
+}
+
+// TestModelsListsTheServedNames: GET /v1/models answers OpenAI's and vLLM's model list with the
+// names a request may give, so that a client can find the one to send.
+func TestModelsListsTheServedNames(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := front.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(DefaultConfig(), Options{Core: newFakeCore(), Metrics: m, Gatherer: reg,
+		Models: func() []string { return []string{"qwen3-reranker-0.6b", "rerank"} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ctx fasthttp.RequestCtx
+	ctx.Request.SetRequestURI("/v1/models")
+	ctx.Request.Header.SetMethod(fasthttp.MethodGet)
+	srv.handle(&ctx)
+	if ctx.Response.StatusCode() != 200 {
+		t.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	var got modelList
+	if err := json.Unmarshal(ctx.Response.Body(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Object != "list" || len(got.Data) != 2 || got.Data[0].ID != "qwen3-reranker-0.6b" || got.Data[1].ID != "rerank" ||
+		got.Data[0].Object != "model" || got.Data[0].Created < 1e9 {
+		t.Errorf("model list %+v, want the two names as model cards", got)
 	}
 }

@@ -1,7 +1,7 @@
 // Package httpapi is the proxy's HTTP front, on fasthttp: POST /v1/score (the JSON mirror of
 // relevance.v1.Ranker/Score), POST /v1/rerank and /rerank (Jina/vLLM rerank; also
 // /reranking and /v1/reranking, as llama.cpp names them), POST /v2/rerank (Cohere v2 rerank),
-// and GET /healthz, /readyz, /metrics, /v1/nodes. Hugging Face TEI's rerank body is answered
+// and GET /healthz, /readyz, /metrics, /v1/nodes, /v1/models. Hugging Face TEI's rerank body is answered
 // in TEI's format on /rerank and /v1/rerank, and vLLM's score API on /score and /v1/score
 // (compat.go).
 //
@@ -67,6 +67,9 @@ type Options struct {
 	Core front.Core
 	// Nodes returns the JSON-encodable node table for GET /v1/nodes; nil serves [].
 	Nodes func() any
+	// Models returns the model names GET /v1/models lists (OpenAI's and vLLM's model list, which
+	// clients read to find the name to send); nil lists none.
+	Models func() []string
 	// Metrics records requests. Required (see front.NewMetrics).
 	Metrics *front.Metrics
 	// Gatherer is what GET /metrics exposes. Required.
@@ -139,6 +142,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		{name: "/readyz", methods: get, serve: (*Server).serveReadyz},
 		{name: "/metrics", methods: get, serve: (*Server).serveMetrics},
 		{name: "/v1/nodes", methods: get, serve: (*Server).serveNodes},
+		{name: "/v1/models", methods: get, serve: (*Server).serveModels},
 	} {
 		rt.errShape = errorShape(rt.name)
 		s.routes[rt.name] = rt
@@ -480,6 +484,30 @@ func (s *Server) serveNodes(ctx *fasthttp.RequestCtx, rt *route) {
 		nodes = s.opts.Nodes()
 	}
 	s.writeJSON(ctx, rt, http.StatusOK, nodes)
+}
+
+// modelCard is one entry of GET /v1/models, in OpenAI's and vLLM's shape.
+type modelCard struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelCard `json:"data"`
+}
+
+func (s *Server) serveModels(ctx *fasthttp.RequestCtx, rt *route) {
+	out := modelList{Object: "list", Data: []modelCard{}}
+	if s.opts.Models != nil {
+		now := time.Now().Unix()
+		for _, m := range s.opts.Models() {
+			out.Data = append(out.Data, modelCard{ID: m, Object: "model", Created: now, OwnedBy: "relevance"})
+		}
+	}
+	s.writeJSON(ctx, rt, http.StatusOK, out)
 }
 
 func (s *Server) writeJSON(ctx *fasthttp.RequestCtx, rt *route, code int, v any) {

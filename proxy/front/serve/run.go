@@ -25,6 +25,8 @@ type Core interface {
 	Start(ctx context.Context) error
 	// NodesJSON is the node table served on GET /v1/nodes.
 	NodesJSON() any
+	// ServedModels are the model names served on GET /v1/models.
+	ServedModels() []string
 	// Close stops watches and closes connections; called after the fronts drained.
 	Close() error
 }
@@ -84,7 +86,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		closeCore()
 		return err
 	}
-	hs, err := httpapi.New(cfg.HTTP, httpapi.Options{Core: core, Nodes: core.NodesJSON, Metrics: metrics, Gatherer: reg, Logger: log})
+	hs, err := httpapi.New(cfg.HTTP, httpapi.Options{Core: core, Nodes: core.NodesJSON, Models: core.ServedModels, Metrics: metrics, Gatherer: reg, Logger: log})
 	if err != nil {
 		closeCore()
 		return err

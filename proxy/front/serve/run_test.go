@@ -43,6 +43,7 @@ func (c *fakeCore) Start(context.Context) error { c.started.Store(true); return 
 func (c *fakeCore) Close() error                { c.closed.Store(true); return nil }
 func (c *fakeCore) Ready() bool                 { return c.started.Load() && !c.closed.Load() }
 func (c *fakeCore) NodesJSON() any              { return []string{"10.0.0.1:9000"} }
+func (c *fakeCore) ServedModels() []string      { return []string{"qwen3-reranker", "rerank"} }
 
 func (c *fakeCore) Score(ctx context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
 	if c.hold != nil {
