@@ -152,31 +152,18 @@ func (s *Server) serveTEI(ctx *fasthttp.RequestCtx, rt *route) {
 	if !ok {
 		return
 	}
-	scores := resp.GetScores()
-	if len(scores) != len(texts) {
-		s.internalError(ctx, &tei, fmt.Errorf("core returned %d scores for %d texts", len(scores), len(texts)))
+	results, err := rankedResults(resp, texts, false, tr.RawScores != nil && *tr.RawScores)
+	if err != nil {
+		s.internalError(ctx, &tei, err)
 		return
 	}
-	raw := tr.RawScores != nil && *tr.RawScores
 	withText := tr.ReturnText != nil && *tr.ReturnText
-	out := make([]teiRank, 0, len(resp.GetRanking()))
-	for _, i := range resp.GetRanking() { // best first; a raw logit ranks as its sigmoid does
-		if int(i) >= len(scores) {
-			s.internalError(ctx, &tei, fmt.Errorf("core ranked item %d of %d", i, len(scores)))
-			return
-		}
-		v := scores[i].GetScore()
-		if raw {
-			v = scores[i].GetLogit()
-		}
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			continue // cannot be written as JSON; see rankedResults
-		}
-		r := teiRank{Index: int(i), Score: shortFloat(v)}
+	out := make([]teiRank, len(results))
+	for k, r := range results {
+		out[k] = teiRank{Index: r.Index, Score: r.RelevanceScore}
 		if withText {
-			r.Text = &texts[i]
+			out[k].Text = &texts[r.Index]
 		}
-		out = append(out, r)
 	}
 	s.writeJSON(ctx, &tei, http.StatusOK, out)
 }

@@ -204,8 +204,9 @@ func jsonKind(c byte) string {
 }
 
 // rankedResults lists the core's ranking (best first, cut to top_n, unscored items left out:
-// ScoreResponse.ranking) as rerank results, with the documents' texts when withDocs.
-func rankedResults(resp *relevancev1.ScoreResponse, texts []string, withDocs bool) ([]rerankResult, error) {
+// ScoreResponse.ranking) as rerank results, with the documents' texts when withDocs, each
+// scored with its logit instead of its sigmoid when raw (which ranks the same).
+func rankedResults(resp *relevancev1.ScoreResponse, texts []string, withDocs, raw bool) ([]rerankResult, error) {
 	scores := resp.GetScores()
 	if len(scores) != len(texts) {
 		return nil, fmt.Errorf("core returned %d scores for %d documents", len(scores), len(texts))
@@ -216,6 +217,9 @@ func rankedResults(resp *relevancev1.ScoreResponse, texts []string, withDocs boo
 			return nil, fmt.Errorf("core ranked item %d of %d", i, len(scores))
 		}
 		v := scores[i].GetScore()
+		if raw {
+			v = scores[i].GetLogit()
+		}
 		// A NaN or infinite score cannot be written as JSON. The core refuses node replies that
 		// hold one; should one get through, the item is left out as if unscored.
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {

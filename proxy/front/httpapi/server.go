@@ -354,7 +354,7 @@ func (s *Server) serveRerank(ctx *fasthttp.RequestCtx, rt *route) {
 	if rr.ReturnDocuments != nil {
 		withDocs = *rr.ReturnDocuments
 	}
-	results, err := rankedResults(resp, texts, withDocs)
+	results, err := rankedResults(resp, texts, withDocs, false)
 	if err != nil {
 		s.internalError(ctx, rt, err)
 		return
