@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -75,6 +76,9 @@ func TestAdmissionTriesAFasterPlan(t *testing.T) {
 	if n := counterValue(t, c.reg, "relevance_proxy_rejected_total"); n != 0 {
 		t.Errorf("rejected_total %v for an admitted request", n)
 	}
+	if got := testutil.ToFloat64(c.p.m.replans.WithLabelValues(replanAdmitted)); got != 1 {
+		t.Errorf("admission_replans_total{outcome=admitted} %v, want 1", got)
+	}
 }
 
 // TestAdmissionReplanMustFitWellInsideTheBudget: the faster plan is admitted only when it fits
@@ -94,6 +98,12 @@ func TestAdmissionReplanMustFitWellInsideTheBudget(t *testing.T) {
 	}
 	if n := counterValue(t, c.reg, "relevance_proxy_rejected_total"); n != 1 {
 		t.Errorf("rejected_total %v, want 1", n)
+	}
+	// Operators tell a refusal that a faster plan could not save from one it never tried.
+	for o, want := range map[string]float64{replanRefused: 1, replanAdmitted: 0, replanNoFiner: 0} {
+		if got := testutil.ToFloat64(c.p.m.replans.WithLabelValues(o)); got != want {
+			t.Errorf("admission_replans_total{outcome=%s} %v, want %v", o, got, want)
+		}
 	}
 }
 

@@ -8,6 +8,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// Outcomes of admission's second plan (relevance_proxy_admission_replans_total{outcome}).
+const (
+	replanAdmitted = "admitted"
+	replanRefused  = "refused"
+	replanNoFiner  = "no_finer_plan"
+)
+
 type metrics struct {
 	requestDuration *prometheus.HistogramVec
 	batchesPerReq   prometheus.Histogram
@@ -23,6 +30,7 @@ type metrics struct {
 	copiesRefused   *prometheus.CounterVec
 	requestRatio    prometheus.Histogram
 	rejected        *prometheus.CounterVec
+	replans         *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
@@ -89,6 +97,10 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 			Name: "relevance_proxy_rejected_total",
 			Help: "Requests rejected at admission, by reason (overload: the backlog makes the deadline unreachable; deadline: even idle nodes could not make it).",
 		}, []string{"reason"}),
+		replans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relevance_proxy_admission_replans_total",
+			Help: "Requests whose economical plan missed the budget and were planned again for their earliest finish (admission.replan), by outcome: admitted (the faster plan fit admission.replan_fit of the budget), refused (it did not), no_finer_plan (the faster plan had no more batches than the first).",
+		}, []string{"outcome"}),
 	}
 	// admission reads the admitter, which New sets after the metrics exist (none: the value
 	// before it does).
@@ -124,7 +136,7 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 		v.WithLabelValues("item").Set(item)
 		v.WithLabelValues("prefix").Set(prefix)
 	}}
-	cs := []prometheus.Collector{tokenRatios, m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.rescuesDeferred, m.losersKept, m.copiesRefused, m.requestRatio, m.rejected, margin, quantile, p.cluster.Collector()}
+	cs := []prometheus.Collector{tokenRatios, m.requestDuration, m.batchesPerReq, m.imbalance, m.batchDuration, m.estimateRatio, m.retries, m.hedges, m.hedgeWins, m.rescues, m.rescuesDeferred, m.losersKept, m.copiesRefused, m.requestRatio, m.rejected, m.replans, margin, quantile, p.cluster.Collector()}
 	if c := p.cache; c != nil {
 		counter := func(name, help string, v func(scorecache.Stats) uint64) prometheus.Collector {
 			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(c.Stats())) })
@@ -147,6 +159,9 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 	}
 	for _, r := range admit.Reasons {
 		m.rejected.WithLabelValues(r)
+	}
+	for _, o := range []string{replanAdmitted, replanRefused, replanNoFiner} {
+		m.replans.WithLabelValues(o)
 	}
 	for _, o := range dispatch.LoserOutcomes {
 		m.losersKept.WithLabelValues(o)

@@ -84,13 +84,25 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 		// exactly when the economical one did not, so a fast plan that barely fits is borderline
 		// work under overload.
 		fit := time.Duration(float64(time.Until(dl)) * p.cfg.Admission.ReplanFit)
-		if urgent == nil || len(urgent.Batches) <= len(pl.Batches) || p.admitter.Admit(urgent, fit) != nil {
+		refuse := func(outcome string) (*relevancev1.ScoreResponse, error) {
+			if outcome != "" {
+				p.m.replans.WithLabelValues(outcome).Inc()
+			}
 			if urgent != nil {
 				urgent.Release()
 			}
 			p.admitter.Count(err)
 			return nil, err
 		}
+		switch {
+		case urgent == nil:
+			return refuse("")
+		case len(urgent.Batches) <= len(pl.Batches):
+			return refuse(replanNoFiner)
+		case p.admitter.Admit(urgent, fit) != nil:
+			return refuse(replanRefused)
+		}
+		p.m.replans.WithLabelValues(replanAdmitted).Inc()
 		pl = urgent
 	}
 

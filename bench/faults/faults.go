@@ -767,7 +767,8 @@ func machine() string {
 var watchedCounters = []string{"relevance_proxy_rejected_total", "relevance_proxy_retries_total",
 	"relevance_proxy_hedges_total", "relevance_proxy_rescues_total", "relevance_proxy_rescues_deferred_total",
 	"relevance_proxy_copies_refused_total", "relevance_proxy_score_cache_hits_total",
-	"relevance_proxy_request_projection_ratio_bucket", "relevance_proxy_node_stalls_total"}
+	"relevance_proxy_request_projection_ratio_bucket", "relevance_proxy_node_stalls_total",
+	"relevance_proxy_admission_replans_total"}
 
 // counters reads the watched counters from the proxy's /metrics, by series (nil when it cannot).
 func (e *env) counters(ctx context.Context) map[string]float64 {
