@@ -30,6 +30,7 @@ test-race:
 test-purego:
 	$(GO) build -tags purego $(PKGS)
 	$(GO) test -tags purego -count=1 -timeout 10m ./kernels/... ./tokenizer/...
+	$(GO) test -tags purego -count=1 -timeout 5m -run '^TestArithmeticVersionNamesTheBits$$' ./scorer/model/
 
 # Regenerate the protocol code with the pinned generators (go.mod tool directives) and Debian's protoc.
 proto:

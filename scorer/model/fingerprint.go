@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/relevance-scoring/relevance/kernels"
 	"github.com/relevance-scoring/relevance/scorer/model/safetensors"
 	"github.com/relevance-scoring/relevance/scorer/prompt"
 	"github.com/relevance-scoring/relevance/tokenizer"
@@ -31,6 +32,9 @@ type FingerprintSettings struct {
 	// BF16Matmul is the bf16 matmul mode in effect (kernels.BF16MatmulMode); it is hashed only
 	// when DType is not "f32", since f32 weights never take the bf16 paths.
 	BF16Matmul string
+	// Arithmetic names the bits the kernels give ("": this build's kernels.ArithmeticVersion,
+	// what a loaded engine always uses).
+	Arithmetic string
 }
 
 // Fingerprint identifies what a checkpoint folder scores with these settings: two engines with
@@ -44,7 +48,9 @@ type FingerprintSettings struct {
 //     shapes, offsets, metadata) and 4 KiB of every MiB of its data;
 //   - for every tensor of every file (files in shard order, tensors by name): its first and last
 //     64 KiB, so a change near either end of any tensor shows, however small the tensor;
-//   - Settings.MaxTokens, and Settings.BF16Matmul for bf16 weights.
+//   - Settings.MaxTokens, and Settings.BF16Matmul for bf16 weights;
+//   - Settings.Arithmetic (kernels.ArithmeticVersion), so that a build whose kernels give other bits is another model
+//     to the proxy's score cache and its one-model-per-request rule.
 //
 // The weights are sampled, not hashed whole (hashing GBs would add seconds to every start): a
 // change that falls only in the unsampled middle of a large tensor and in no 4 KiB sample is not
@@ -101,6 +107,11 @@ func Fingerprint(dir string, ck *safetensors.Checkpoint, s FingerprintSettings) 
 	if s.DType != "f32" {
 		field("bf16_matmul", []byte(s.BF16Matmul))
 	}
+	arith := s.Arithmetic
+	if arith == "" {
+		arith = kernels.ArithmeticVersion
+	}
+	field("arithmetic", []byte(arith))
 	return hex.EncodeToString(h.Sum(nil)[:16]), nil
 }
 

@@ -107,6 +107,8 @@ func TestFingerprint(t *testing.T) {
 	bf16.BF16Matmul = kernels.BF16MatmulBF16
 	maxTok := set
 	maxTok.MaxTokens = 1024
+	arith := set
+	arith.Arithmetic = kernels.ArithmeticVersion + "+1"
 	for _, tc := range []struct {
 		name string
 		dir  string
@@ -118,6 +120,8 @@ func TestFingerprint(t *testing.T) {
 		{name: "bf16_matmul widen", dir: base, set: widen},
 		{name: "bf16_matmul bf16", dir: base, set: bf16},
 		{name: "max tokens", dir: base, set: maxTok},
+		// A build whose kernels give other bits scores as another model.
+		{name: "kernels' arithmetic version", dir: base, set: arith},
 	} {
 		if got := fingerprintOf(t, tc.dir, tc.set); got == want {
 			t.Errorf("%s: fingerprint unchanged (%s)", tc.name, got)

@@ -1,0 +1,5 @@
+//go:build !purego
+
+package model
+
+const puregoBuild = false
