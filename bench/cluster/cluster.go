@@ -64,6 +64,16 @@ type Model struct {
 	Seed int `yaml:"seed"`
 }
 
+// generatedName is the folder name gen-model's checkpoint of this preset, arch and seed is
+// cached under.
+func (m Model) generatedName() string {
+	return fmt.Sprintf("%s-%s-seed%d", m.Preset, m.Arch, m.Seed)
+}
+
+// randomNote is what the log says after a generated checkpoint's name: its rankings are noise,
+// which a new user's first copy-paste would otherwise take for a broken system.
+const randomNote = "random weights: the scores show the system at work, not relevance; README \"Serving a real reranker\" says how to load one"
+
 // Nodes are the scorer nodes.
 type Nodes struct {
 	// Kind is scorer (our scorer node, default) or a rerank server that `bench fakerank` fakes:
@@ -158,7 +168,7 @@ func (c *Config) Defaults() {
 		c.Model.Seed = 1
 	}
 	if c.Model.Dir == "" {
-		c.Model.Dir = filepath.Join("models", fmt.Sprintf("%s-%s-seed%d", c.Model.Preset, c.Model.Arch, c.Model.Seed))
+		c.Model.Dir = filepath.Join("models", c.Model.generatedName())
 	}
 	if c.Nodes.Count == 0 {
 		c.Nodes.Count = 2
@@ -287,7 +297,11 @@ func ModelComplete(dir string) bool {
 func (c *Cluster) EnsureModel(ctx context.Context) error {
 	dir := c.cfg.Model.Dir
 	if ModelComplete(dir) {
-		fmt.Fprintf(c.log, "model: using cached %s\n", dir)
+		if filepath.Base(dir) == c.cfg.Model.generatedName() {
+			fmt.Fprintf(c.log, "model: using cached %s (%s)\n", dir, randomNote)
+		} else {
+			fmt.Fprintf(c.log, "model: using %s\n", dir)
+		}
 		return nil
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
@@ -313,7 +327,7 @@ func (c *Cluster) EnsureModel(ctx context.Context) error {
 	if err := os.Rename(tmp, dir); err != nil {
 		return fmt.Errorf("generate model: %w", err)
 	}
-	fmt.Fprintf(c.log, "model: generated in %v\n", time.Since(start).Round(100*time.Millisecond))
+	fmt.Fprintf(c.log, "model: generated in %v (%s)\n", time.Since(start).Round(100*time.Millisecond), randomNote)
 	return nil
 }
 
