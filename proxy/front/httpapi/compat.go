@@ -2,18 +2,24 @@ package httpapi
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/sync/errgroup"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/front"
+	"github.com/relevance-scoring/relevance/proxy/request"
 )
 
 // Two more wire formats that rerank clients speak, served beside the Jina/vLLM and Cohere ones:
@@ -22,9 +28,11 @@ import (
 //     "raw_scores", "return_text"} → a bare array of {"index", "score", "text"?}, best first), on
 //     /rerank and /v1/rerank when the body has "texts" and no "documents" (as llama.cpp's server
 //     tells them apart). Haystack's, Milvus's and Dify's TEI rankers send it.
-//   - vLLM's score API ({"model", "text_1", "text_2"}, each a string or a list → {"data":
-//     [{"index", "object": "score", "score"}], …} in input order), on /score, and on /v1/score
-//     when the body has "text_1" (otherwise /v1/score is the JSON mirror of Ranker/Score).
+//   - vLLM's score API ({"model", "text_1", "text_2"}, each a string or a list, or the same
+//     pairs as data_1 / data_2 or queries with documents or items → {"data": [{"index",
+//     "object": "score", "score"}], …} in input order), on /score, and on /v1/score when the
+//     body has "text_1", "data_1" or "queries" (otherwise /v1/score is the JSON mirror of
+//     Ranker/Score).
 //
 // Both are mapped onto one or more ScoreRequests for the core, so admission, the cache, the
 // model check and the errors' field names work as on every other route.
@@ -63,17 +71,14 @@ type teiErrorBody struct {
 	ErrorType string `json:"error_type"`
 }
 
-// teiError answers as TEI does: {"error", "error_type"}, the type one of TEI's (validation,
-// overloaded, backend, …) by status.
+// teiError answers as TEI does: {"error", "error_type"}, the type one of TEI's own (validation,
+// overloaded, backend; TEI has no others that apply) by status: an unknown model is a
+// validation error, a deadline the backend's.
 func teiError(f front.Failure) any {
 	t := "backend"
 	switch {
 	case f.HTTPStatus == http.StatusTooManyRequests || f.HTTPStatus == http.StatusServiceUnavailable:
 		t = "overloaded"
-	case f.HTTPStatus == http.StatusNotFound:
-		t = "not_found"
-	case f.HTTPStatus == http.StatusGatewayTimeout:
-		t = "timeout"
 	case f.HTTPStatus >= 400 && f.HTTPStatus < 500:
 		t = "validation"
 	}
@@ -149,7 +154,7 @@ func (s *Server) serveTEI(ctx *fasthttp.RequestCtx, rt *route) {
 		return
 	}
 	resp, ok := s.score(ctx, &tei, req)
-	if !ok {
+	if !ok || !s.allScored(ctx, &tei, resp) {
 		return
 	}
 	results, err := rankedResults(resp, texts, false, tr.RawScores != nil && *tr.RawScores)
@@ -171,9 +176,16 @@ func (s *Server) serveTEI(ctx *fasthttp.RequestCtx, rt *route) {
 // vllmScoreRequest is vLLM's score body. text_1 and text_2 are each a string or a list of
 // strings.
 type vllmScoreRequest struct {
-	Model                string          `json:"model"`
-	Text1                json.RawMessage `json:"text_1"`
-	Text2                json.RawMessage `json:"text_2"`
+	Model string          `json:"model"`
+	Text1 json.RawMessage `json:"text_1"`
+	Text2 json.RawMessage `json:"text_2"`
+	// Newer vLLM takes the same pairs under other names too: data_1 / data_2, and queries with
+	// documents or items.
+	Data1                json.RawMessage `json:"data_1"`
+	Data2                json.RawMessage `json:"data_2"`
+	Queries              json.RawMessage `json:"queries"`
+	Documents            json.RawMessage `json:"documents"`
+	ItemsAlias           json.RawMessage `json:"items"`
 	TruncatePromptTokens *int64          `json:"truncate_prompt_tokens"`
 	// Extensions, as on the rerank routes.
 	Instruction string `json:"instruction"`
@@ -181,12 +193,39 @@ type vllmScoreRequest struct {
 }
 
 // vllmScoreVocabulary names the core's fields as vLLM's score clients know them.
-var vllmScoreVocabulary = vocabulary{
-	"query":        "text_1",
-	"items":        "text_2",
-	"items[]":      "text_2[]",
-	"items[].text": "text_2[]",
-	"request_id":   HeaderRequestID,
+var vllmScoreVocabulary = scoreVocabulary("text_1", "text_2")
+
+// scoreVocabulary names the core's fields by the names a vLLM score body used for its two
+// sides (text_1 / text_2, data_1 / data_2, queries / documents or items).
+func scoreVocabulary(first, second string) vocabulary {
+	return vocabulary{
+		"query":        first,
+		"items":        second,
+		"items[]":      second + "[]",
+		"items[].text": second + "[]",
+		"request_id":   HeaderRequestID,
+	}
+}
+
+// isVLLMScore reports whether a body sent to a score route is vLLM's: it names its first side
+// text_1, data_1 or queries (our own score body has query and items).
+func isVLLMScore(body []byte) bool {
+	return hasKey(body, "text_1") || hasKey(body, "data_1") || hasKey(body, "queries")
+}
+
+// sides returns the body's two sides and the names it gave them: the first name pair present.
+func (vr *vllmScoreRequest) sides() (first, second json.RawMessage, n1, n2 string) {
+	switch {
+	case vr.Data1 != nil || vr.Data2 != nil:
+		return vr.Data1, vr.Data2, "data_1", "data_2"
+	case vr.Queries != nil && vr.Documents != nil:
+		return vr.Queries, vr.Documents, "queries", "documents"
+	case vr.Queries != nil && vr.ItemsAlias != nil:
+		return vr.Queries, vr.ItemsAlias, "queries", "items"
+	case vr.Queries != nil:
+		return vr.Queries, nil, "queries", "documents"
+	}
+	return vr.Text1, vr.Text2, "text_1", "text_2"
 }
 
 // vllmScoreResponse is vLLM's score reply.
@@ -263,36 +302,51 @@ type scoreGroup struct {
 	pairs []int // the pair index of each item
 }
 
+// parsedScore is a vLLM score body: one core request per distinct query, the number of pairs,
+// and the route's vocabulary in the names the body used.
+type parsedScore struct {
+	groups []scoreGroup
+	pairs  int
+	vocab  vocabulary
+}
+
 // parseVLLMScore decodes a vLLM score body into one ScoreRequest per distinct query (text_1 one
-// string, or one per pair) and the number of pairs. vLLM pairs a single text_1 with every
-// text_2, and lists of equal length element by element.
-func parseVLLMScore(body []byte) ([]scoreGroup, int, error) {
+// string, or one per pair). vLLM pairs a single text_1 with every text_2, and lists of equal
+// length element by element. maxPairs bounds the pairs of the whole body as one request's items
+// are bounded (≤ 0: no bound here).
+func parseVLLMScore(body []byte, maxPairs int) (parsedScore, error) {
 	var vr vllmScoreRequest
 	if err := checkUTF8(body); err != nil {
-		return nil, 0, err
+		return parsedScore{}, err
 	}
 	if err := json.Unmarshal(body, &vr); err != nil {
-		return nil, 0, jsonError(err)
+		return parsedScore{}, jsonError(err)
 	}
-	q, err := stringOrList("text_1", vr.Text1)
+	first, second, n1, n2 := vr.sides()
+	out := parsedScore{vocab: scoreVocabulary(n1, n2)}
+	q, err := stringOrList(n1, first)
 	if err != nil {
-		return nil, 0, err
+		return out, err
 	}
-	docs, err := stringOrList("text_2", vr.Text2)
+	docs, err := stringOrList(n2, second)
 	if err != nil {
-		return nil, 0, err
+		return out, err
 	}
 	switch {
 	case len(q) == 0:
-		return nil, 0, unacceptable("text_1", "must not be empty")
+		return out, unacceptable(n1, "must not be empty")
 	case len(docs) == 0:
-		return nil, 0, unacceptable("text_2", "must not be empty")
+		return out, unacceptable(n2, "must not be empty")
 	case len(q) > 1 && len(q) != len(docs):
-		return nil, 0, unacceptable("text_1", "has %d texts and text_2 %d: give one text_1 or as many as text_2", len(q), len(docs))
+		return out, unacceptable(n1, "has %d texts and %s %d: give one %s or as many as %s", len(q), n2, len(docs), n1, n2)
+	case maxPairs > 0 && len(docs) > maxPairs:
+		// Every pair is an item of some core request: the body as a whole is held to one
+		// request's limit, however many queries it spreads them over.
+		return out, unacceptable(n2, "%d texts, limit %d", len(docs), maxPairs)
 	case vr.TruncatePromptTokens != nil && *vr.TruncatePromptTokens > 0:
 		// vLLM cuts the whole prompt to that many tokens; the nodes cut documents only, so a
 		// silently different cut is refused rather than scored.
-		return nil, 0, unacceptable("truncate_prompt_tokens", "is not supported: documents are cut at their end to fit the model (max_tokens_per_doc on /v1/rerank bounds them)")
+		return out, unacceptable("truncate_prompt_tokens", "is not supported: documents are cut at their end to fit the model (max_tokens_per_doc on /v1/rerank bounds them)")
 	}
 	var groups []scoreGroup
 	byQuery := map[string]int{}
@@ -304,7 +358,7 @@ func parseVLLMScore(body []byte) ([]scoreGroup, int, error) {
 		g, ok := byQuery[query]
 		if !ok {
 			if len(groups) == maxScoreQueries {
-				return nil, 0, unacceptable("text_1", "has more than %d distinct texts: send them in separate requests", maxScoreQueries)
+				return out, unacceptable(n1, "has more than %d distinct texts: send them in separate requests", maxScoreQueries)
 			}
 			g = len(groups)
 			byQuery[query] = g
@@ -317,23 +371,23 @@ func parseVLLMScore(body []byte) ([]scoreGroup, int, error) {
 		groups[g].req.Items = append(groups[g].req.Items, &relevancev1.Item{Text: d})
 		groups[g].pairs = append(groups[g].pairs, i)
 	}
-	return groups, len(docs), nil
+	out.groups, out.pairs = groups, len(docs)
+	return out, nil
 }
 
-// serveVLLMScore answers vLLM's score API: each distinct text_1 is one core request (run at
-// once, each under the request's budget), the scores put back in pair order.
+// serveVLLMScore answers vLLM's score API: each distinct text_1 is one core request, at most
+// scoreQueriesAtOnce at a time, all under one budget for the HTTP request (X-Request-Timeout-Ms,
+// else the core's default from the handler's start); the first failure cancels the rest. The
+// scores are put back in pair order.
 func (s *Server) serveVLLMScore(ctx *fasthttp.RequestCtx, rt *route) {
 	vr := *rt
-	vr.vocab = vllmScoreVocabulary
-	groups, n, err := parseVLLMScore(ctx.PostBody())
+	ps, err := parseVLLMScore(ctx.PostBody(), s.opts.MaxItems)
+	vr.vocab = ps.vocab
 	if err != nil {
 		s.writeError(ctx, vr.errShape, failureOf(err))
 		return
 	}
-	type result struct {
-		resp *relevancev1.ScoreResponse
-		err  error
-	}
+	groups := ps.groups
 	for g := range groups {
 		if err := fromHeaders(ctx, groups[g].req); err != nil {
 			s.writeError(ctx, vr.errShape, failureOf(err))
@@ -343,54 +397,127 @@ func (s *Server) serveVLLMScore(ctx *fasthttp.RequestCtx, rt *route) {
 			groups[g].req.RequestId = fmt.Sprintf("%s-%d", id, g) // one id per core request
 		}
 	}
-	results := make([]result, len(groups))
-	if len(groups) == 1 {
-		results[0].resp, results[0].err = s.run(groups[0].req)
-	} else {
-		var wg sync.WaitGroup
-		slots := make(chan struct{}, scoreQueriesAtOnce)
-		for g := range groups {
-			wg.Go(func() {
-				slots <- struct{}{}
-				defer func() { <-slots }()
-				results[g].resp, results[g].err = s.run(groups[g].req)
-			})
-		}
-		wg.Wait()
+	// One budget for the whole HTTP request: each group's core call runs under this context,
+	// whose deadline is earlier than the group's own timeout_ms would be from its start.
+	budget := s.opts.DefaultBudget
+	if ms := groups[0].req.GetTimeoutMs(); ms > 0 {
+		budget = time.Duration(ms) * time.Millisecond
 	}
-	data := make([]vllmScoreData, n)
+	rctx, cancel := s.baseCtx, context.CancelFunc(func() {})
+	if budget > 0 {
+		rctx, cancel = context.WithTimeout(rctx, budget)
+	}
+	defer cancel()
+	eg, ectx := errgroup.WithContext(rctx)
+	eg.SetLimit(scoreQueriesAtOnce)
+	resps := make([]*relevancev1.ScoreResponse, len(groups))
+	// The error reported is the first group's to fail and is named by that group's pairs, not
+	// one of the cancellations that follow it.
+	failed, failErr := -1, error(nil)
+	var failMu sync.Mutex
+	for g := range groups {
+		eg.Go(func() error {
+			if err := ectx.Err(); err != nil {
+				return err // an earlier group failed (or the budget ran out) before this one started
+			}
+			resp, err := s.runCtx(ectx, groups[g].req)
+			if err != nil {
+				failMu.Lock()
+				if failed < 0 {
+					failed, failErr = g, err
+				}
+				failMu.Unlock()
+				return err
+			}
+			resps[g] = resp
+			return nil
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		g := 0
+		if failed >= 0 {
+			g, err = failed, failErr
+		}
+		s.writeError(ctx, vr.errShape, s.groupFailure(&vr, groups[g], err))
+		return
+	}
+	data := make([]vllmScoreData, 0, ps.pairs)
 	var usage uint64
 	var model, id string
-	for g, r := range results {
-		if r.err != nil {
-			s.writeError(ctx, vr.errShape, s.failure(&vr, groups[g].req, r.err))
-			return
-		}
-		scores := r.resp.GetScores()
+	for g, resp := range resps {
+		scores := resp.GetScores()
 		if len(scores) != len(groups[g].pairs) {
 			s.internalError(ctx, &vr, fmt.Errorf("core returned %d scores for %d texts", len(scores), len(groups[g].pairs)))
 			return
 		}
 		for k, p := range groups[g].pairs {
+			switch scores[k].GetStatus() {
+			case relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG:
+				s.writeError(ctx, vr.errShape, failureOf(unacceptable(vr.vocab.name(fmt.Sprintf("items[%d]", p)), "%s", itemProblem(scores[k]))))
+				return
+			case relevancev1.ItemStatus_ITEM_STATUS_FAILED:
+				continue // only with partial results allowed: the pair is left out, its index with it
+			}
 			v := scores[k].GetScore()
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				s.internalError(ctx, &vr, fmt.Errorf("core returned a non-finite score for text_2[%d]", p))
+				s.internalError(ctx, &vr, fmt.Errorf("core returned a non-finite score for %s", vr.vocab.name(fmt.Sprintf("items[%d]", p))))
 				return
 			}
-			data[p] = vllmScoreData{Index: p, Object: "score", Score: shortFloat(v)}
+			data = append(data, vllmScoreData{Index: p, Object: "score", Score: shortFloat(v)})
 		}
-		usage += r.resp.GetUsage().GetPromptTokens()
-		model = r.resp.GetModel()
+		usage += resp.GetUsage().GetPromptTokens()
+		model = resp.GetModel()
 		if id == "" {
-			id = r.resp.GetRequestId()
+			id = resp.GetRequestId()
 		}
 	}
+	slices.SortFunc(data, func(a, b vllmScoreData) int { return cmp.Compare(a.Index, b.Index) })
 	if h := ctx.Request.Header.Peek(HeaderRequestID); len(h) > 0 {
 		id = string(h) // the caller's id, not one group's
 	} else if id == "" {
-		id = s.responseID(groups[0].req, results[0].resp)
+		id = s.responseID(groups[0].req, resps[0])
 	}
 	ctx.Response.Header.Set(HeaderRequestID, id)
 	s.writeJSON(ctx, &vr, http.StatusOK, vllmScoreResponse{ID: "score-" + id, Object: "list", Created: time.Now().Unix(),
 		Model: model, Data: data, Usage: vllmUsage{PromptTokens: usage, TotalTokens: usage}})
+}
+
+// groupFailure is the reply to one group's failed core call: a field the core names by the
+// group's item index (items[k]) is renamed by the pair it stands for.
+func (s *Server) groupFailure(rt *route, g scoreGroup, err error) front.Failure {
+	f := s.failure(rt, g.req, err)
+	if field, problem, ok := request.Violation(err); ok {
+		if k, rest, ok := itemIndex(field); ok && k < len(g.pairs) {
+			f.Message = rt.vocab.name(fmt.Sprintf("items[%d]%s", g.pairs[k], rest)) + ": " + problem
+		}
+	}
+	return f
+}
+
+// itemIndex splits a canonical field path "items[k]…" into k and the rest.
+func itemIndex(field string) (int, string, bool) {
+	rest, ok := strings.CutPrefix(field, "items[")
+	if !ok {
+		return 0, "", false
+	}
+	n, after, ok := strings.Cut(rest, "]")
+	if !ok {
+		return 0, "", false
+	}
+	k, err := strconv.Atoi(n)
+	if err != nil || k < 0 {
+		return 0, "", false
+	}
+	return k, after, true
+}
+
+// itemProblem is why a scored item has no score (its status's error, else the status).
+func itemProblem(sc *relevancev1.ItemScore) string {
+	if e := sc.GetError(); e != "" {
+		return e
+	}
+	if sc.GetStatus() == relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG {
+		return "longer than the model's prompt limit"
+	}
+	return "not scored"
 }

@@ -12,6 +12,8 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
@@ -335,5 +337,186 @@ func TestModelsListsTheServedNames(t *testing.T) {
 	if got.Object != "list" || len(got.Data) != 2 || got.Data[0].ID != "qwen3-reranker-0.6b" || got.Data[1].ID != "rerank" ||
 		got.Data[0].Object != "model" || got.Data[0].Created < 1e9 {
 		t.Errorf("model list %+v, want the two names as model cards", got)
+	}
+}
+
+// statusScores answers as the core does when some items could not be scored: the texts named
+// in tooLong are ITEM_STATUS_TOO_LONG and those in failed ITEM_STATUS_FAILED (left out of the
+// ranking), each with the node's error.
+func statusScores(tooLong, failed string) func(context.Context, *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
+	return func(_ context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
+		resp := defaultScores(req)
+		for i, it := range req.GetItems() {
+			switch it.GetText() {
+			case tooLong:
+				resp.Scores[i].Status, resp.Scores[i].Score = relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG, 0
+				resp.Scores[i].Error = "prompt of 9000 tokens exceeds the model's 8192"
+			case failed:
+				resp.Scores[i].Status, resp.Scores[i].Score = relevancev1.ItemStatus_ITEM_STATUS_FAILED, 0
+				resp.Scores[i].Error = "node lost"
+			}
+		}
+		return withRanking(resp, req.GetTopN()), nil
+	}
+}
+
+// TestTooLongDocumentIsRefusedNotDropped: a rerank reply is a ranked list with no place for an
+// item's status, so a document the nodes could not score for its length (sent without
+// truncation) fails the request with a 422 naming it, in each dialect's own name, instead of
+// vanishing from a 200.
+func TestTooLongDocumentIsRefusedNotDropped(t *testing.T) {
+	core := newFakeCore()
+	core.fn = statusScores("banana", "")
+	e := startServer(t, DefaultConfig(), core, nil)
+	for _, tc := range []struct{ path, body, want string }{
+		{"/rerank", `{"query":"q","texts":["apple","banana","cherry"]}`, "texts[1]: prompt of 9000 tokens"},
+		{"/v1/rerank", `{"query":"q","documents":["apple","banana","cherry"]}`, "documents[1]: prompt of 9000 tokens"},
+		{"/v2/rerank", `{"query":"q","documents":["apple","banana"]}`, "documents[1]: prompt of 9000 tokens"},
+		{"/score", `{"text_1":"q","text_2":["apple","banana"]}`, "text_2[1]: prompt of 9000 tokens"},
+	} {
+		r := e.do(t, "POST", tc.path, tc.body, nil)
+		if r.code != 422 || !strings.Contains(string(r.body), tc.want) {
+			t.Errorf("%s: %d %s, want 422 naming %q", tc.path, r.code, r.body, tc.want)
+		}
+	}
+}
+
+// TestVLLMScoreLeavesOutFailedPairs: with partial results allowed the core answers the items of a
+// failed batch as ITEM_STATUS_FAILED; vLLM's data has no status, so the pair is left out (its
+// index with it) rather than reported as a score of 0.
+func TestVLLMScoreLeavesOutFailedPairs(t *testing.T) {
+	core := newFakeCore()
+	core.fn = statusScores("", "banana")
+	e := startServer(t, DefaultConfig(), core, nil)
+	r := e.do(t, "POST", "/score", `{"text_1":["q1","q2","q1"],"text_2":["apple","banana","cherry"]}`, nil)
+	if r.code != 200 {
+		t.Fatalf("status %d: %s", r.code, r.body)
+	}
+	var got vllmScoreResponse
+	if err := json.Unmarshal(r.body, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Data) != 2 || got.Data[0].Index != 0 || got.Data[1].Index != 2 || got.Data[1].Score != 0.5 {
+		t.Errorf("data %+v, want pairs 0 and 2 only, in order", got.Data)
+	}
+}
+
+// TestVLLMScoreHoldsAllQueriesToOneLimit: the pairs of a score body are bounded as one request's
+// items are, however many text_1 they are spread over.
+func TestVLLMScoreHoldsAllQueriesToOneLimit(t *testing.T) {
+	e := startServerWith(t, DefaultConfig(), Options{Core: newFakeCore(), MaxItems: 5})
+	r := e.do(t, "POST", "/score", manyQueries(6), nil)
+	if r.code != 422 || !strings.Contains(string(r.body), "text_2: 6 texts, limit 5") {
+		t.Errorf("6 pairs over 6 queries, limit 5: %d %s, want 422 naming text_2", r.code, r.body)
+	}
+	if r := e.do(t, "POST", "/score", manyQueries(5), nil); r.code != 200 {
+		t.Errorf("5 pairs, limit 5: %d %s", r.code, r.body)
+	}
+}
+
+// TestVLLMScoreKeepsOneBudget: the queries of one score body share the HTTP request's budget (the
+// X-Request-Timeout-Ms header, else the core's default): they do not each get it afresh when they
+// start, which let 64 queries of a slow core answer after ~8 budgets.
+func TestVLLMScoreKeepsOneBudget(t *testing.T) {
+	slow := func(ctx context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
+		select {
+		case <-time.After(60 * time.Millisecond):
+			return defaultScores(req), nil
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		budget  time.Duration
+		headers map[string]string
+	}{
+		{"header", 0, map[string]string{HeaderTimeout: "150"}},
+		{"core's default", 150 * time.Millisecond, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			core := newFakeCore()
+			core.fn = slow
+			e := startServerWith(t, DefaultConfig(), Options{Core: core, DefaultBudget: tc.budget})
+			start := time.Now()
+			r := e.do(t, "POST", "/score", manyQueries(maxScoreQueries), tc.headers)
+			took := time.Since(start)
+			// 64 queries 8 at a time at 60 ms each need ~480 ms: over the 150 ms budget.
+			if r.code != 504 {
+				t.Errorf("status %d (%s), want 504", r.code, r.body)
+			}
+			if took > 400*time.Millisecond {
+				t.Errorf("answered after %v, want soon after the 150 ms budget", took)
+			}
+		})
+	}
+}
+
+// TestVLLMScoreFirstFailureStopsTheRest: when one query's core request fails, the queries not yet
+// started are not sent, and the reply is that failure's.
+func TestVLLMScoreFirstFailureStopsTheRest(t *testing.T) {
+	core := newFakeCore()
+	core.fn = func(ctx context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
+		if req.GetQuery() == "query 0" {
+			return nil, status.Error(codes.ResourceExhausted, "admission: overload")
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+			return defaultScores(req), nil
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	e := startServer(t, DefaultConfig(), core, nil)
+	r := e.do(t, "POST", "/score", manyQueries(maxScoreQueries), nil)
+	if r.code != 429 || !strings.Contains(string(r.body), "overload") {
+		t.Errorf("status %d (%s), want the first failure's 429", r.code, r.body)
+	}
+	core.mu.Lock()
+	n := len(core.got)
+	core.mu.Unlock()
+	if n > 2*scoreQueriesAtOnce {
+		t.Errorf("the core got %d of %d requests after the first one failed, want at most %d", n, maxScoreQueries, 2*scoreQueriesAtOnce)
+	}
+}
+
+// TestVLLMScoreCoreErrorsNameThePair: an error the core finds in one query's items (named by the
+// item's place in that core request) names the pair it came from in text_2.
+func TestVLLMScoreCoreErrorsNameThePair(t *testing.T) {
+	e := startServer(t, DefaultConfig(), newFakeCore(), nil)
+	long := strings.Repeat("x", testLimits.MaxItemBytes+1)
+	r := e.do(t, "POST", "/score", `{"text_1":["q1","q2","q1"],"text_2":["a","b","`+long+`"]}`, nil)
+	if r.code != 422 || !strings.Contains(string(r.body), "text_2[2]") {
+		t.Errorf("pair 2 over the size limit (item 1 of q1's request): %d %s, want 422 naming text_2[2]", r.code, r.body)
+	}
+}
+
+// TestVLLMScoreAcceptsItsOtherFieldNames: newer vLLM takes the pairs as data_1 / data_2 and as
+// queries with documents or items; each is answered, and errors use the names the body used.
+func TestVLLMScoreAcceptsItsOtherFieldNames(t *testing.T) {
+	e := startServer(t, DefaultConfig(), newFakeCore(), nil)
+	for _, body := range []string{
+		`{"data_1":"fruit","data_2":["apple","banana"]}`,
+		`{"queries":"fruit","documents":["apple","banana"]}`,
+		`{"queries":["fruit","fruit"],"items":["apple","banana"]}`,
+	} {
+		for _, path := range []string{"/score", "/v1/score"} {
+			r := e.do(t, "POST", path, body, nil)
+			var got vllmScoreResponse
+			if r.code != 200 || json.Unmarshal(r.body, &got) != nil || len(got.Data) != 2 || got.Data[1].Score != 0.9 {
+				t.Errorf("%s %s: %d %s", path, body, r.code, r.body)
+			}
+		}
+	}
+	for body, want := range map[string]string{
+		`{"queries":"fruit"}`:                   "documents: is required",
+		`{"data_1":"fruit","data_2":[]}`:        "data_2: must not be empty",
+		`{"queries":["a","b"],"items":["x"]}`:   "queries: has 2 texts and items 1",
+		`{"queries":"q","documents":["a",[1]]}`: "documents[1]: must be a string",
+	} {
+		r := e.do(t, "POST", "/v1/score", body, nil)
+		if !strings.Contains(string(r.body), want) {
+			t.Errorf("%s: %d %s, want an error containing %q", body, r.code, r.body, want)
+		}
 	}
 }

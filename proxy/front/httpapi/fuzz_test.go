@@ -31,6 +31,9 @@ func FuzzDecodeBodies(f *testing.F) {
 		`{"model":"m","text_1":"q","text_2":["a","b"]}`,
 		`{"text_1":["q","r"],"text_2":["a","b"]}`,
 		`{"text_1":"q","text_2":[1]}`,
+		`{"data_1":"q","data_2":["a"]}`,
+		`{"queries":["q","r"],"documents":["a","b"]}`,
+		`{"queries":"q","items":["a",null]}`,
 	} {
 		for _, route := range []uint8{0, 1, 2, 3, 4, 5} {
 			f.Add(route, []byte(seed))

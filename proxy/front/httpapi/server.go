@@ -76,6 +76,13 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Logger gets panics and internal errors; nil discards.
 	Logger *slog.Logger
+	// DefaultBudget is the core's budget for a request that sets none (the proxy's SLO): what a
+	// route that makes several core calls for one HTTP request (vLLM's score API with several
+	// text_1) holds the whole request to. 0: no bound beyond each call's own.
+	DefaultBudget time.Duration
+	// MaxItems is the most items the core takes in one request: a vLLM score body, whose pairs
+	// may be spread over several core requests, is held to it as a whole. 0: no bound here.
+	MaxItems int
 }
 
 // Server is the HTTP front.
@@ -311,7 +318,7 @@ func (s *Server) refuseBody(ctx *fasthttp.RequestCtx, shape func(front.Failure) 
 }
 
 func (s *Server) serveScore(ctx *fasthttp.RequestCtx, rt *route) {
-	if hasKey(ctx.PostBody(), "text_1") {
+	if isVLLMScore(ctx.PostBody()) {
 		s.serveVLLMScore(ctx, rt) // vLLM's score API shares the path
 		return
 	}
@@ -347,7 +354,7 @@ func (s *Server) serveRerank(ctx *fasthttp.RequestCtx, rt *route) {
 		return
 	}
 	resp, ok := s.score(ctx, rt, req)
-	if !ok {
+	if !ok || !s.allScored(ctx, rt, resp) {
 		return
 	}
 	withDocs := rt.rerank.returnDocuments
@@ -365,6 +372,21 @@ func (s *Server) serveRerank(ctx *fasthttp.RequestCtx, rt *route) {
 	s.writeJSON(ctx, rt, http.StatusOK, rt.rerank.reply(rerankReply{
 		id: s.responseID(req, resp), model: model, results: results, documents: len(texts), usage: resp.GetUsage(),
 	}))
+}
+
+// allScored answers 422 naming the first item a rerank reply could not rank for being too long
+// (asked for without truncation), and reports whether there is none. A ranked list has no place
+// for an item's status: left out, the document would vanish from a 200 without a word. (Items of
+// failed batches, which come back only when partial results are allowed, are left out of the
+// ranking as partial results promise.)
+func (s *Server) allScored(ctx *fasthttp.RequestCtx, rt *route, resp *relevancev1.ScoreResponse) bool {
+	for i, sc := range resp.GetScores() {
+		if sc.GetStatus() == relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG {
+			s.writeError(ctx, rt.errShape, failureOf(unacceptable(rt.vocab.name(fmt.Sprintf("items[%d]", i)), "%s", itemProblem(sc))))
+			return false
+		}
+	}
+	return true
 }
 
 // score runs req on the core under the request's budget. On failure it has written the error
@@ -411,7 +433,12 @@ func fromHeaders(ctx *fasthttp.RequestCtx, req *relevancev1.ScoreRequest) error 
 // run runs req on the core under its budget. It touches no RequestCtx, so several may run at
 // once for one HTTP request.
 func (s *Server) run(req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
-	cctx := s.baseCtx
+	return s.runCtx(s.baseCtx, req)
+}
+
+// runCtx is run under a context of the caller's (a descendant of baseCtx): its deadline, when
+// earlier than req's budget, wins.
+func (s *Server) runCtx(cctx context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
 	if req.GetTimeoutMs() > 0 {
 		var cancel context.CancelFunc
 		cctx, cancel = context.WithTimeout(cctx, time.Duration(req.GetTimeoutMs())*time.Millisecond)

@@ -152,13 +152,22 @@ type env struct {
 
 func startServer(t testing.TB, cfg Config, core *fakeCore, nodes func() any) *env {
 	t.Helper()
+	return startServerWith(t, cfg, Options{Core: core, Nodes: nodes})
+}
+
+// startServerWith starts a server with opts (its Metrics and Gatherer filled in here); opts.Core
+// must be a *fakeCore.
+func startServerWith(t testing.TB, cfg Config, opts Options) *env {
+	t.Helper()
+	core := opts.Core.(*fakeCore)
 	reg := prometheus.NewRegistry()
 	m, err := front.NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Addr = "127.0.0.1:0"
-	srv, err := New(cfg, Options{Core: core, Nodes: nodes, Metrics: m, Gatherer: reg})
+	opts.Metrics, opts.Gatherer = m, reg
+	srv, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

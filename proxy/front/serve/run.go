@@ -86,7 +86,8 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		closeCore()
 		return err
 	}
-	hs, err := httpapi.New(cfg.HTTP, httpapi.Options{Core: core, Nodes: core.NodesJSON, Models: core.ServedModels, Metrics: metrics, Gatherer: reg, Logger: log})
+	hs, err := httpapi.New(cfg.HTTP, httpapi.Options{Core: core, Nodes: core.NodesJSON, Models: core.ServedModels, Metrics: metrics, Gatherer: reg, Logger: log,
+		DefaultBudget: cfg.Proxy.SLO, MaxItems: cfg.Proxy.Limits.MaxItems})
 	if err != nil {
 		closeCore()
 		return err
