@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -175,5 +176,40 @@ func TestAttentionAllocs(t *testing.T) {
 	Attention(out, a)
 	if n := testing.AllocsPerRun(20, func() { Attention(out, a) }); n > 0 {
 		t.Errorf("Attention allocates %.1f objects per call, want 0", n)
+	}
+}
+
+// TestFusedPrefixPartIsTheSameBits: computing a block's prefix part inside its causal item (the
+// path for a large out, fusedOutBytes) gives every output the bits of the separate prefix phase,
+// on sequences shorter and longer than a row block, on one and two threads.
+func TestFusedPrefixPartIsTheSameBits(t *testing.T) {
+	defer SetThreads(Threads())
+	defer func(v int) { fusedOutBytes = v }(fusedOutBytes)
+	rng := rand.New(rand.NewPCG(7, 11))
+	for _, tc := range []struct {
+		name   string
+		prefix int
+		lens   []int
+	}{
+		{"short items", 105, []int{16, 17, 18, 19}},
+		{"long items", 71, []int{1, 63, 64, 65, 150}},
+		{"no prefix", 0, []int{20, 90}},
+	} {
+		a := randAttention(rng, 8, 4, 64, tc.prefix, tc.lens)
+		T := a.SeqStarts[len(a.SeqStarts)-1]
+		for _, threads := range []int{1, 2} {
+			SetThreads(threads)
+			fusedOutBytes = math.MaxInt // phase 1 apart
+			apart := make([]float32, T*8*64)
+			Attention(apart, a)
+			fusedOutBytes = 0 // every call fused
+			fused := make([]float32, T*8*64)
+			Attention(fused, a)
+			for i := range apart {
+				if math.Float32bits(apart[i]) != math.Float32bits(fused[i]) {
+					t.Fatalf("%s, %d threads: out[%d] = %v fused, %v apart", tc.name, threads, i, fused[i], apart[i])
+				}
+			}
+		}
 	}
 }
