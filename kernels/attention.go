@@ -114,7 +114,7 @@ type attnState struct {
 	blocks, workers         int
 	scale                   float32
 	packed                  bool
-	fused                   bool // the prefix part runs inside the causal items (fusedOutBytes)
+	fused                   bool     // the prefix part runs inside the causal items (fusedOutBytes)
 	weights                 []Weight // K of (s, g) at s·KVH+g, then Vᵀ of (s, g), then prefix K of g, prefix Vᵀ of g
 	kvOff                   []int    // offset in kv of weight i's values
 	kv                      []float32
