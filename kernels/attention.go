@@ -42,8 +42,9 @@ const attnRowBlock = 64
 // the problem, when the shapes do not fit the slices.
 //
 // The prefix part is one matrix product per query head over the queries of all sequences at
-// once (all T suffix rows × PrefixLen prefix keys, then × prefix values), giving for each row its
-// unnormalised output and softmax statistics (max m₁, sum l₁). Each sequence's own causal part
+// once (all T suffix rows × PrefixLen prefix keys, then × prefix values; with a large out, one
+// per causal block instead, see fusedOutBytes), giving for each row its unnormalised output and
+// softmax statistics (max m₁, sum l₁). Each sequence's own causal part
 // gives (m₂, l₂, o₂) the same way, and the two are merged exactly:
 //
 //	m = max(m₁, m₂),  out = (e^{m₁-m}·o₁ + e^{m₂-m}·o₂) / (e^{m₁-m}·l₁ + e^{m₂-m}·l₂).
@@ -83,7 +84,7 @@ func Attention(out []float32, a *PrefixAttention) {
 	runQueue(workers, nPrep, st.prepFn)
 	// Phase 1: the prefix part over all queries, (head, row block) items. out receives the
 	// unnormalised o₁; stats the (m₁, l₁) of each (row, head). With a large out, phase 2's items
-	// do it themselves (fusedPrefix).
+	// do it themselves (fusedOutBytes).
 	if st.P > 0 && !st.fused {
 		runQueue(workers, st.H*st.blocks, st.prefixFn)
 	}

@@ -193,7 +193,7 @@ func TestFusedPrefixPartIsTheSameBits(t *testing.T) {
 	}{
 		{"short items", 105, []int{16, 17, 18, 19}},
 		{"long items", 71, []int{1, 63, 64, 65, 150}},
-		{"no prefix", 0, []int{20, 90}},
+		{"empty and one-token items", 30, []int{0, 1, 70, 0}},
 	} {
 		a := randAttention(rng, 8, 4, 64, tc.prefix, tc.lens)
 		T := a.SeqStarts[len(a.SeqStarts)-1]

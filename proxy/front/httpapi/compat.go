@@ -213,19 +213,26 @@ func isVLLMScore(body []byte) bool {
 	return hasKey(body, "text_1") || hasKey(body, "data_1") || hasKey(body, "queries")
 }
 
-// sides returns the body's two sides and the names it gave them: the first name pair present.
+// sides returns the body's two sides and the names it gave them: text_1 / text_2 when either is
+// given, else the first other pair present. A field sent as null counts as absent (clients send
+// unset options that way).
 func (vr *vllmScoreRequest) sides() (first, second json.RawMessage, n1, n2 string) {
 	switch {
-	case vr.Data1 != nil || vr.Data2 != nil:
+	case given(vr.Text1) || given(vr.Text2):
+	case given(vr.Data1) || given(vr.Data2):
 		return vr.Data1, vr.Data2, "data_1", "data_2"
-	case vr.Queries != nil && vr.Documents != nil:
-		return vr.Queries, vr.Documents, "queries", "documents"
-	case vr.Queries != nil && vr.ItemsAlias != nil:
+	case given(vr.Queries) && given(vr.ItemsAlias) && !given(vr.Documents):
 		return vr.Queries, vr.ItemsAlias, "queries", "items"
-	case vr.Queries != nil:
-		return vr.Queries, nil, "queries", "documents"
+	case given(vr.Queries):
+		return vr.Queries, vr.Documents, "queries", "documents"
 	}
 	return vr.Text1, vr.Text2, "text_1", "text_2"
+}
+
+// given reports whether a raw JSON field was sent with a value other than null.
+func given(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) > 0 && !bytes.Equal(t, []byte("null"))
 }
 
 // vllmScoreResponse is vLLM's score reply.
@@ -444,6 +451,8 @@ func (s *Server) serveVLLMScore(ctx *fasthttp.RequestCtx, rt *route) {
 	data := make([]vllmScoreData, 0, ps.pairs)
 	var usage uint64
 	var model, id string
+	// A pair too long for the model fails the request, the first in pair order named.
+	tooLong, tooLongScore := -1, (*relevancev1.ItemScore)(nil)
 	for g, resp := range resps {
 		scores := resp.GetScores()
 		if len(scores) != len(groups[g].pairs) {
@@ -453,8 +462,10 @@ func (s *Server) serveVLLMScore(ctx *fasthttp.RequestCtx, rt *route) {
 		for k, p := range groups[g].pairs {
 			switch scores[k].GetStatus() {
 			case relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG:
-				s.writeError(ctx, vr.errShape, failureOf(unacceptable(vr.vocab.name(fmt.Sprintf("items[%d]", p)), "%s", itemProblem(scores[k]))))
-				return
+				if tooLong < 0 || p < tooLong {
+					tooLong, tooLongScore = p, scores[k]
+				}
+				continue
 			case relevancev1.ItemStatus_ITEM_STATUS_FAILED:
 				continue // only with partial results allowed: the pair is left out, its index with it
 			}
@@ -470,6 +481,10 @@ func (s *Server) serveVLLMScore(ctx *fasthttp.RequestCtx, rt *route) {
 		if id == "" {
 			id = resp.GetRequestId()
 		}
+	}
+	if tooLong >= 0 {
+		s.writeError(ctx, vr.errShape, failureOf(unacceptable(vr.vocab.name(fmt.Sprintf("items[%d]", tooLong)), "%s", itemProblem(tooLongScore))))
+		return
 	}
 	slices.SortFunc(data, func(a, b vllmScoreData) int { return cmp.Compare(a.Index, b.Index) })
 	if h := ctx.Request.Header.Peek(HeaderRequestID); len(h) > 0 {

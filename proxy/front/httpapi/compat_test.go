@@ -445,7 +445,7 @@ func TestVLLMScoreKeepsOneBudget(t *testing.T) {
 			if r.code != 504 {
 				t.Errorf("status %d (%s), want 504", r.code, r.body)
 			}
-			if took > 400*time.Millisecond {
+			if took > time.Second {
 				t.Errorf("answered after %v, want soon after the 150 ms budget", took)
 			}
 		})
@@ -460,12 +460,8 @@ func TestVLLMScoreFirstFailureStopsTheRest(t *testing.T) {
 		if req.GetQuery() == "query 0" {
 			return nil, status.Error(codes.ResourceExhausted, "admission: overload")
 		}
-		select {
-		case <-time.After(20 * time.Millisecond):
-			return defaultScores(req), nil
-		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
+		<-ctx.Done() // the others run until the failure cancels them, however late query 0 runs
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	e := startServer(t, DefaultConfig(), core, nil)
 	r := e.do(t, "POST", "/score", manyQueries(maxScoreQueries), nil)
@@ -475,8 +471,8 @@ func TestVLLMScoreFirstFailureStopsTheRest(t *testing.T) {
 	core.mu.Lock()
 	n := len(core.got)
 	core.mu.Unlock()
-	if n > 2*scoreQueriesAtOnce {
-		t.Errorf("the core got %d of %d requests after the first one failed, want at most %d", n, maxScoreQueries, 2*scoreQueriesAtOnce)
+	if n > scoreQueriesAtOnce {
+		t.Errorf("the core got %d of %d requests, want at most %d: none sent after the first failure", n, maxScoreQueries, scoreQueriesAtOnce)
 	}
 }
 
@@ -506,6 +502,17 @@ func TestVLLMScoreAcceptsItsOtherFieldNames(t *testing.T) {
 			if r.code != 200 || json.Unmarshal(r.body, &got) != nil || len(got.Data) != 2 || got.Data[1].Score != 0.9 {
 				t.Errorf("%s %s: %d %s", path, body, r.code, r.body)
 			}
+		}
+	}
+	// Unset fields sent as null do not take the body over.
+	for _, body := range []string{
+		`{"text_1":"fruit","text_2":["apple","banana"],"data_1":null,"queries":null}`,
+		`{"data_1":"fruit","data_2":["apple","banana"],"text_1":null}`,
+	} {
+		r := e.do(t, "POST", "/score", body, nil)
+		var got vllmScoreResponse
+		if r.code != 200 || json.Unmarshal(r.body, &got) != nil || len(got.Data) != 2 {
+			t.Errorf("%s: %d %s", body, r.code, r.body)
 		}
 	}
 	for body, want := range map[string]string{
