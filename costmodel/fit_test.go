@@ -112,3 +112,46 @@ func TestFitRejects(t *testing.T) {
 		})
 	}
 }
+
+// TestFitWithBKeepsTheMeasuredB: with b measured apart, a and c are fitted to what is left of
+// each sample, exactly on exact samples and within the noise on noisy ones, and b is the one
+// given; on a design of short passes where the attended pairs are a few per cent of the time,
+// Fit alone lets noise decide b. A negative or infinite b is refused.
+func TestFitWithBKeepsTheMeasuredB(t *testing.T) {
+	c := Coeffs{A: 6.5e-4, B: 4.2e-7, C: 7e-3}
+	// Short passes, as a start-up calibration can afford: pairs are ≤ 10 % of each one's time.
+	var short []Sample
+	r := rand.New(rand.NewPCG(3, 3))
+	for range 4 {
+		for _, sh := range [][2]int{{70, 16}, {70, 24}, {190, 24}, {70, 96}} {
+			items := []int{sh[1], sh[1]}
+			f := BatchFeatures(sh[0], items, false)
+			short = append(short, Sample{Features: f, Seconds: c.Seconds(f) * math.Exp(0.1*r.NormFloat64())})
+		}
+	}
+	f, err := FitWithB(short, c.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Coeffs.B != c.B {
+		t.Errorf("b = %g, want the given %g", f.Coeffs.B, c.B)
+	}
+	within(t, "a", f.Coeffs.A, c.A, 0.2)
+	// A document at the prompt limit: priced within 20 % with the measured b.
+	long := BatchFeatures(70, []int{8100}, false)
+	within(t, "seconds of an 8,100-token item", f.Coeffs.Seconds(long), c.Seconds(long), 0.2)
+
+	exact := grid(c, 0, 5)
+	f, err = FitWithB(exact, c.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	within(t, "a (exact)", f.Coeffs.A, c.A, 1e-6)
+	within(t, "c (exact)", f.Coeffs.C, c.C, 1e-6)
+
+	for _, b := range []float64{-1e-9, math.Inf(1), math.NaN()} {
+		if _, err := FitWithB(exact, b); err == nil {
+			t.Errorf("b = %v: no error", b)
+		}
+	}
+}

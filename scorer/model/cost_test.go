@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -83,5 +84,26 @@ func TestForwardFeatures(t *testing.T) {
 	}
 	if _, err := Load(dir, Options{Cost: costmodel.Coeffs{A: -1}}); err == nil {
 		t.Error("negative Options.Cost: no error")
+	}
+}
+
+// TestPairSecondsIsTheAttentionsCost: the engine's own timing of b is positive and finite, and
+// of the order of the attention's arithmetic: every layer's QKᵀ and PV products for one pair on
+// every head, 4·heads·head_dim FLOPs, at between 0.05 and 500 GFLOP/s.
+func TestPairSecondsIsTheAttentionsCost(t *testing.T) {
+	e := load(t, generated(t, GenSpec{Arch: "qwen3", Preset: "tiny", Seed: 1}), Options{})
+	b, err := e.PairSeconds(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.model.Config
+	flops := 4 * float64(cfg.NumAttentionHeads*cfg.HeadDim*cfg.NumHiddenLayers)
+	if !(b > flops/500e9 && b < flops/0.05e9) {
+		t.Errorf("b = %g s a pair: %.3g GFLOP/s for %g FLOPs a pair", b, flops/b/1e9, flops)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := e.PairSeconds(ctx); err == nil {
+		t.Error("a cancelled context: no error")
 	}
 }

@@ -18,9 +18,18 @@ type calibration struct {
 	Took   time.Duration // the whole calibration, warm-up and tokenizing included
 	Fit    costmodel.FitResult
 	Err    error // why the fit is not used; nil when it is (or when none ran)
+	// PairSeconds is b as the engine measured it alone (pairTimer), which the fit kept; 0 when
+	// the engine cannot measure it and b was fitted.
+	PairSeconds float64
 	// KeptFrom is when a calibration reused from Config.CalibrationCache was measured (Passes,
 	// Took and Fit are then that one's); zero for one measured at this start.
 	KeptFrom time.Time
+}
+
+// pairTimer is an engine that can time its attention alone (model.Engine.PairSeconds): the
+// calibration then takes b from it instead of fitting it.
+type pairTimer interface {
+	PairSeconds(ctx context.Context) (float64, error)
 }
 
 // calShape is one synthetic pass: a prefix of a query of queryWords words, then items of
@@ -33,7 +42,9 @@ type calShape struct{ queryWords, items, itemTokens int }
 // fit the default budget on one slow, shared core (the small preset runs ~1,400 tokens a second
 // there). The long item is 384 tokens: at 192 the attended pairs were a few per cent of the
 // pass once attention got fast (AVX2 exp), within the timing noise, and the fit set b to 0 on
-// the `make run` nodes; at 384 it found b = 2.9e-7 and 4.1e-7 s/pair on the two nodes.
+// the `make run` nodes; at 384 it found b = 2.9e-7 and 4.1e-7 s/pair on the two nodes, and on
+// later starts anything from 5.8e-8 to 1.1e-6. So an engine that can time its attention alone
+// (pairTimer) gives b, and the passes fit a and c around it.
 var calShapes = []calShape{
 	{2, 1, 16},
 	{2, 8, 24},
@@ -148,7 +159,19 @@ func calibrate(ctx context.Context, eng scorer.Engine, budget time.Duration, now
 		cal.Err = fmt.Errorf("calibration: %d passes of %d shapes in the budget of %v, want at least 4 of 3", len(samples), shapes, budget)
 		return cal
 	}
-	fit, err := costmodel.Fit(samples)
+	var fit costmodel.FitResult
+	if pt, ok := eng.(pairTimer); ok {
+		// b measured apart, a and c fitted around it (costmodel.FitWithB).
+		b, perr := pt.PairSeconds(ctx)
+		if perr == nil {
+			cal.PairSeconds = b
+			fit, err = costmodel.FitWithB(samples, b)
+		} else {
+			fit, err = costmodel.Fit(samples)
+		}
+	} else {
+		fit, err = costmodel.Fit(samples)
+	}
 	if err == nil && fit.Coeffs.A == 0 && fit.Coeffs.B == 0 && fit.Coeffs.C == 0 {
 		err = errors.New("all coefficients are zero")
 	}

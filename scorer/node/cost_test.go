@@ -342,3 +342,34 @@ func TestCalibrationEngineFailure(t *testing.T) {
 		t.Errorf("load error %v, want the calibration's panic", err)
 	}
 }
+
+// pairTimingEngine is clockEngine with an attention timing of its own (pairTimer).
+type pairTimingEngine struct {
+	*clockEngine
+	b float64
+}
+
+func (p *pairTimingEngine) PairSeconds(context.Context) (float64, error) { return p.b, nil }
+
+// TestCalibrationKeepsTheMeasuredPairSeconds: an engine that times its attention alone gives the
+// calibration its b; a and c are fitted around it (costmodel.FitWithB), so with the true b the
+// fit is the truth, and with another b the fit keeps that b rather than fitting one.
+func TestCalibrationKeepsTheMeasuredPairSeconds(t *testing.T) {
+	for _, b := range []float64{truth.B, 3 * truth.B} {
+		t0 := time.Unix(1e9, 0)
+		c := &clockEngine{fakeEngine: knownSpeed(), now: t0, deadline: t0.Add(time.Hour)}
+		e := &pairTimingEngine{clockEngine: c, b: b}
+		cal := calibrate(context.Background(), e, time.Hour, func() time.Time { return c.now }, c.forward)
+		if cal.Err != nil {
+			t.Fatal(cal.Err)
+		}
+		if cal.PairSeconds != b || cal.Fit.Coeffs.B != b {
+			t.Errorf("b measured %g: calibration kept %g, fit b %g", b, cal.PairSeconds, cal.Fit.Coeffs.B)
+		}
+		if b == truth.B {
+			if got, _ := startCost(cal, slowGuess); relErr(got, truth, costmodel.RefFeatures) > 1e-6 {
+				t.Errorf("with the true b: %+v, want truth %+v", got, truth)
+			}
+		}
+	}
+}

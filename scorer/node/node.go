@@ -300,6 +300,9 @@ func (n *Node) startCostModel(ctx context.Context, eng scorer.Engine) (*costMode
 		attrs = append(attrs, "calibration_seconds", cal.Took.Seconds(), "calibration_passes", cal.Passes,
 			"fit_max_rel_err", cal.Fit.MaxRelErr, "prior", prior.Source)
 	}
+	if cal.PairSeconds > 0 {
+		attrs = append(attrs, "b_measured_alone", true) // b is the attention's own timing, not fitted
+	}
 	if !cal.KeptFrom.IsZero() {
 		attrs = append(attrs, "calibration_kept_from", cal.KeptFrom.UTC().Format(time.RFC3339))
 	}
