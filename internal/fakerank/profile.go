@@ -113,11 +113,18 @@ func ProfileLatency(p *costmodel.Profile, o ProfileOptions) (func(Request) time.
 // slots is a counting semaphore whose waiters are served first come, first served.
 type slots struct {
 	mu      sync.Mutex
-	free    int
+	n, free int
 	waiters []chan struct{}
 }
 
-func newSlots(n int) *slots { return &slots{free: n} }
+func newSlots(n int) *slots { return &slots{n: n, free: n} }
+
+// inLine is how many calls hold a slot or wait in line for one.
+func (q *slots) inLine() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.n - q.free + len(q.waiters)
+}
 
 // acquire takes a slot, waiting in line; it gives up (false) when either channel closes first.
 func (q *slots) acquire(leave, closed <-chan struct{}) bool {

@@ -183,7 +183,13 @@ func TestConcurrencyQueues(t *testing.T) {
 			at, err := post(c, s, 2)
 			results <- result{i, at, err}
 		})
-		for s.Calls() < int64(i+1) { // arrive in order
+		// Arrive in order: each call is in the slots' line before the next is sent. (Counting
+		// calls received was not enough: under the race detector on a loaded machine a call's
+		// handler could reach the line after the next call's.)
+		for s.slots.inLine() < i+1 {
+			if ctx.Err() != nil {
+				t.Fatalf("call %d never joined the line", i)
+			}
 			time.Sleep(time.Millisecond)
 		}
 	}
