@@ -159,16 +159,16 @@ func calibrate(ctx context.Context, eng scorer.Engine, budget time.Duration, now
 		cal.Err = fmt.Errorf("calibration: %d passes of %d shapes in the budget of %v, want at least 4 of 3", len(samples), shapes, budget)
 		return cal
 	}
-	var fit costmodel.FitResult
+	// b measured apart when the engine can time its attention (a and c fitted around it,
+	// costmodel.FitWithB), else fitted with the rest.
 	if pt, ok := eng.(pairTimer); ok {
-		// b measured apart, a and c fitted around it (costmodel.FitWithB).
-		b, perr := pt.PairSeconds(ctx)
-		if perr == nil {
+		if b, perr := pt.PairSeconds(ctx); perr == nil {
 			cal.PairSeconds = b
-			fit, err = costmodel.FitWithB(samples, b)
-		} else {
-			fit, err = costmodel.Fit(samples)
 		}
+	}
+	var fit costmodel.FitResult
+	if cal.PairSeconds > 0 {
+		fit, err = costmodel.FitWithB(samples, cal.PairSeconds)
 	} else {
 		fit, err = costmodel.Fit(samples)
 	}

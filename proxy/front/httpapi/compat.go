@@ -483,7 +483,7 @@ func (s *Server) serveVLLMScore(ctx *fasthttp.RequestCtx, rt *route) {
 		}
 	}
 	if tooLong >= 0 {
-		s.writeError(ctx, vr.errShape, failureOf(unacceptable(vr.vocab.name(fmt.Sprintf("items[%d]", tooLong)), "%s", itemProblem(tooLongScore))))
+		s.writeError(ctx, vr.errShape, unscored(&vr, tooLong, tooLongScore))
 		return
 	}
 	slices.SortFunc(data, func(a, b vllmScoreData) int { return cmp.Compare(a.Index, b.Index) })

@@ -382,11 +382,17 @@ func (s *Server) serveRerank(ctx *fasthttp.RequestCtx, rt *route) {
 func (s *Server) allScored(ctx *fasthttp.RequestCtx, rt *route, resp *relevancev1.ScoreResponse) bool {
 	for i, sc := range resp.GetScores() {
 		if sc.GetStatus() == relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG {
-			s.writeError(ctx, rt.errShape, failureOf(unacceptable(rt.vocab.name(fmt.Sprintf("items[%d]", i)), "%s", itemProblem(sc))))
+			s.writeError(ctx, rt.errShape, unscored(rt, i, sc))
 			return false
 		}
 	}
 	return true
+}
+
+// unscored is the 422 for item i of a reply that could not be scored (sc's status), named in
+// rt's vocabulary.
+func unscored(rt *route, i int, sc *relevancev1.ItemScore) front.Failure {
+	return failureOf(unacceptable(rt.vocab.name(fmt.Sprintf("items[%d]", i)), "%s", itemProblem(sc)))
 }
 
 // score runs req on the core under the request's budget. On failure it has written the error
