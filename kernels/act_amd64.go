@@ -15,7 +15,7 @@ func siluMulAVX512(dst, gate, up *float32, n int)
 func expScaleSumAVX2(x *float32, n int, scale, sub float32, sum *[8]float32)
 
 //go:noescape
-func maxAVX2(x *float32, n int, out *[8]float32)
+func maxAVX2(x *float32, n int) float32
 
 //go:noescape
 func siluMulAVX2(dst, gate, up *float32, n int)
@@ -29,10 +29,10 @@ func haveActAsm() bool { return activeISA() >= isaAVX2 }
 func haveAVX512Elementwise() bool { return activeISA() >= isaAVX512 }
 
 // The *Asm functions run the assembly and return how many elements they did; the callers finish
-// the rest with the generic code. All three do all (AVX-512: expScaleSum and max with tails under
-// a mask, siluMul through a padded copy; AVX2: tails through a padded copy), so a value's bits
-// never depend on its place in the slice. The two widths give different bits (the sums add lanes
-// in another order; 2^n is made another way), but a process uses one width throughout.
+// the rest with the generic code. All three do all (expScaleSum and max with tails under a mask,
+// siluMul through a padded copy), so a value's bits never depend on its place in the slice. The
+// two widths give different bits (the sums add lanes in another order; 2^n is made another way),
+// but a process uses one width throughout.
 
 func expScaleSumAsm(x []float32, scale, sub float32) (int, float32) {
 	n := len(x)
@@ -49,22 +49,13 @@ func expScaleSumAsm(x []float32, scale, sub float32) (int, float32) {
 		return n, s
 	}
 	var lanes [8]float32
-	h := n &^ 7
-	if h > 0 {
-		expScaleSumAVX2(&x[0], h, scale, sub, &lanes)
-	}
+	expScaleSumAVX2(&x[0], n, scale, sub, &lanes)
 	var s float32
 	for _, v := range lanes {
 		s += v
 	}
-	if h < n {
-		var buf, unused [8]float32
-		copy(buf[:], x[h:n])
-		expScaleSumAVX2(&buf[0], 8, scale, sub, &unused)
-		copy(x[h:n], buf[:n-h])
-		for _, v := range buf[:n-h] {
-			s += v
-		}
+	for _, v := range x[n&^7:] { // done under a mask, summed here in order
+		s += v
 	}
 	return n, s
 }
@@ -83,17 +74,7 @@ func maxAsm(x []float32) (int, float32) {
 		}
 		return n, m
 	}
-	var lanes [8]float32
-	h := n &^ 7
-	maxAVX2(&x[0], h, &lanes) // h = 0 leaves -Inf in every lane
-	m := lanes[0]
-	for _, v := range lanes[1:] {
-		m = max(m, v)
-	}
-	for _, v := range x[h:] {
-		m = max(m, v)
-	}
-	return n, m
+	return n, maxAVX2(&x[0], n)
 }
 
 // siluMulAsm does all of gate: the multiple-of-lanes head in place, the tail of fewer than 16 (8)

@@ -292,6 +292,26 @@ DATA negInf<>+24(SB)/4, $0xff800000
 DATA negInf<>+28(SB)/4, $0xff800000
 GLOBL negInf<>(SB), RODATA|NOPTR, $32
 
+// laneMask: 8 lanes of ones, then 8 of zeros; the mask of the first r lanes is the 8 words
+// from laneMask+4·(8−r).
+DATA laneMask<>+0(SB)/4, $0xffffffff
+DATA laneMask<>+4(SB)/4, $0xffffffff
+DATA laneMask<>+8(SB)/4, $0xffffffff
+DATA laneMask<>+12(SB)/4, $0xffffffff
+DATA laneMask<>+16(SB)/4, $0xffffffff
+DATA laneMask<>+20(SB)/4, $0xffffffff
+DATA laneMask<>+24(SB)/4, $0xffffffff
+DATA laneMask<>+28(SB)/4, $0xffffffff
+DATA laneMask<>+32(SB)/4, $0x00000000
+DATA laneMask<>+36(SB)/4, $0x00000000
+DATA laneMask<>+40(SB)/4, $0x00000000
+DATA laneMask<>+44(SB)/4, $0x00000000
+DATA laneMask<>+48(SB)/4, $0x00000000
+DATA laneMask<>+52(SB)/4, $0x00000000
+DATA laneMask<>+56(SB)/4, $0x00000000
+DATA laneMask<>+60(SB)/4, $0x00000000
+GLOBL laneMask<>(SB), RODATA|NOPTR, $64
+
 // EXP8(in, out, t, s) leaves exp(in) in out (in is clobbered; t and s are temporaries).
 #define EXP8(in, out, t, s) \
 	VMAXPS expLo<>(SB), in, in \
@@ -320,7 +340,10 @@ GLOBL negInf<>(SB), RODATA|NOPTR, $32
 	VMULPS t, out, out
 
 // func expScaleSumAVX2(x *float32, n int, scale, sub float32, sum *[8]float32)
-// x[i] = exp(x[i]·scale - sub) for i < n (a multiple of 8); *sum = the 8 lane sums.
+// x[i] = exp(x[i]·scale - sub) for i < n; *sum = the 8 lane sums of the first n &^ 7 values.
+// The last n mod 8 values are done under a mask (VMASKMOVPS: the lanes past n are neither read
+// nor written) and left out of the sums: the caller adds them in order, as it did when they
+// went through a padded copy, so the bits are those of that copy.
 TEXT ·expScaleSumAVX2(SB), NOSPLIT, $0-32
 	MOVQ x+0(FP), SI
 	MOVQ n+8(FP), CX
@@ -328,8 +351,10 @@ TEXT ·expScaleSumAVX2(SB), NOSPLIT, $0-32
 	VBROADCASTSS sub+20(FP), Y7
 	MOVQ sum+24(FP), DI
 	VXORPS Y8, Y8, Y8
+	MOVQ CX, BX
+	ANDQ $7, BX
 	SHRQ $3, CX
-	JZ   done
+	JZ   tail
 loop:
 	VMOVUPS (SI), Y0
 	VMULPS Y6, Y0, Y0
@@ -340,27 +365,58 @@ loop:
 	ADDQ $32, SI
 	DECQ CX
 	JNZ  loop
+tail:
+	TESTQ BX, BX
+	JZ    done
+	LEAQ  laneMask<>+32(SB), AX
+	SHLQ  $2, BX
+	SUBQ  BX, AX
+	VMOVUPS (AX), Y9
+	VMASKMOVPS (SI), Y9, Y0
+	VMULPS Y6, Y0, Y0
+	VSUBPS Y7, Y0, Y0
+	EXP8(Y0, Y1, Y2, Y3)
+	VMASKMOVPS Y1, Y9, (SI)
 done:
 	VMOVUPS Y8, (DI)
 	VZEROUPPER
 	RET
 
-// func maxAVX2(x *float32, n int, out *[8]float32)
-// *out = the 8 lane maxima of x[:n] (n a multiple of 8; -Inf for n = 0).
-TEXT ·maxAVX2(SB), NOSPLIT, $0-24
+// func maxAVX2(x *float32, n int) float32
+// The largest value of x[:n] (-Inf for n = 0): 8 lanes, the last n mod 8 values under a mask
+// (lanes past n read as -Inf), then the lanes reduced in the register.
+TEXT ·maxAVX2(SB), NOSPLIT, $0-20
 	MOVQ x+0(FP), SI
 	MOVQ n+8(FP), CX
-	MOVQ out+16(FP), DI
 	VMOVUPS negInf<>(SB), Y0
+	MOVQ CX, BX
+	ANDQ $7, BX
 	SHRQ $3, CX
-	JZ   done
+	JZ   tail
 loop:
 	VMAXPS (SI), Y0, Y0
 	ADDQ $32, SI
 	DECQ CX
 	JNZ  loop
-done:
-	VMOVUPS Y0, (DI)
+tail:
+	TESTQ BX, BX
+	JZ    reduce
+	LEAQ  laneMask<>+32(SB), AX
+	SHLQ  $2, BX
+	SUBQ  BX, AX
+	VMOVUPS (AX), Y9
+	VMASKMOVPS (SI), Y9, Y1
+	VANDNPS negInf<>(SB), Y9, Y2
+	VORPS Y2, Y1, Y1
+	VMAXPS Y1, Y0, Y0
+reduce:
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS X1, X0, X0
+	VPERMILPS $0x4e, X0, X1
+	VMAXPS X1, X0, X0
+	VPERMILPS $0xb1, X0, X1
+	VMAXPS X1, X0, X0
+	VMOVSS X0, ret+16(FP)
 	VZEROUPPER
 	RET
 

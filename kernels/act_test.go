@@ -25,7 +25,7 @@ func ulpDiff(a, b float32) int64 {
 func actInputs() [][]float32 {
 	rng := rand.New(rand.NewPCG(5, 5))
 	var out [][]float32
-	for _, n := range []int{0, 1, 15, 16, 17, 31, 32, 33, 100, 1408} {
+	for _, n := range []int{0, 1, 2, 3, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 1408} {
 		v := make([]float32, n)
 		for i := range v {
 			v[i] = float32(rng.NormFloat64() * 4)
@@ -188,6 +188,44 @@ func testExpScaleSum(t *testing.T) {
 			}
 			if d := math.Abs(float64(s) - want); d > 1e-5*math.Max(want, 1) {
 				t.Fatalf("n=%d scale %v sub %v: sum %v, want %v", len(x), c.scale, c.sub, s, want)
+			}
+		}
+	}
+}
+
+// TestElementwiseTailsStayInTheirSlice: the last values of a row that does not fill the lanes are
+// done under a mask, so neither the exponentials nor the maximum read or write past the slice,
+// and a value's exponential has the same bits wherever it falls (in the lanes or in the tail).
+func TestElementwiseTailsStayInTheirSlice(t *testing.T) { forEachActWidth(t, testTailsInSlice) }
+
+func testTailsInSlice(t *testing.T) {
+	const sentinel = float32(1e30) // the maximum, and an infinite exponential, if ever read
+	rng := rand.New(rand.NewPCG(9, 9))
+	for n := 1; n <= 40; n++ {
+		buf := make([]float32, n+16)
+		for i := range buf {
+			buf[i] = sentinel
+		}
+		want := float32(math.Inf(-1))
+		for i := range n {
+			buf[i] = float32(rng.NormFloat64() * 3)
+			want = max(want, buf[i])
+		}
+		if got := maxF32(buf[:n]); got != want {
+			t.Fatalf("n=%d: max %v, want %v (a value past the slice read)", n, got, want)
+		}
+		in := append([]float32(nil), buf[:n]...)
+		expScaleSum(buf[:n], 0.5, want)
+		for i, v := range buf[n:] {
+			if v != sentinel {
+				t.Fatalf("n=%d: buf[%d] = %v after expScaleSum of the first %d, want it untouched", n, n+i, v, n)
+			}
+		}
+		for i, v := range in {
+			one := []float32{v}
+			expScaleSum(one, 0.5, want)
+			if math.Float32bits(one[0]) != math.Float32bits(buf[i]) {
+				t.Fatalf("n=%d: exp of x[%d] = %v in the row, %v alone", n, i, buf[i], one[0])
 			}
 		}
 	}
