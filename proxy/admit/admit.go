@@ -23,8 +23,9 @@
 // still exactly when a share L of admitted requests is late. The tail stays within
 // [L/10, 1 − MarginQuantile]: MarginQuantile is the loosest margin, taken while nothing is late.
 // A rejected request is RESOURCE_EXHAUSTED with a RetryInfo delay. Its reason is "deadline" when
-// even idle nodes could not make it (plan.IdleFinish() > headroom · B; retry after the idle time)
-// and "overload" otherwise (retry after T − headroom · B, the backlog that has to drain first).
+// even idle nodes could not make it (plan.IdleFinish() > headroom · B; the delay is the idle time,
+// the budget the request needs, and the message says so: a retry with the same budget would be
+// refused again) and "overload" otherwise (retry after T − headroom · B, the backlog that has to drain first).
 // Projections are trusted only once every candidate node has learned its cost model from
 // MinSamples replies: before that, everything is admitted.
 //
@@ -170,10 +171,15 @@ func (a *Admitter) Admit(p *plan.Plan, budget time.Duration) error {
 		return nil
 	}
 	reason, retry := ReasonOverload, busy-allowed
+	msg := fmt.Sprintf("admission: projected completion %.0fms exceeds the %.0fms budget (%s)", busy*1e3, allowed*1e3, reason)
 	if idle := m * p.IdleFinish(); idle > allowed {
+		// Waiting will not help: the same request with the same budget is refused again. Say
+		// what would (the RetryInfo delay is the idle time, the budget it needs).
 		reason, retry = ReasonDeadline, idle
+		msg = fmt.Sprintf("admission: the request needs about %.0fms even on idle nodes, more than its %.0fms budget "+
+			"(deadline): send a longer deadline, or fewer or shorter items", idle*1e3, allowed*1e3)
 	}
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf("admission: projected completion %.0fms exceeds the %.0fms budget (%s)", busy*1e3, allowed*1e3, reason))
+	st := status.New(codes.ResourceExhausted, msg)
 	delay := time.Duration(math.Max(retry, 0.01) * float64(time.Second))
 	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); err == nil {
 		st = d

@@ -3,6 +3,7 @@ package admit
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,6 +87,10 @@ func TestAdmitReadsThePlansFinish(t *testing.T) {
 			}
 			if d := retryDelay(t, err); math.Abs(d.Seconds()-tt.wantRetry.Seconds()) > 1e-3 {
 				t.Errorf("RetryInfo %v, want %v", d, tt.wantRetry)
+			}
+			// A request no wait can save says what it needs instead of "try later".
+			if msg := status.Convert(err).Message(); (tt.wantReason == ReasonDeadline) != strings.Contains(msg, "send a longer deadline") {
+				t.Errorf("message %q for reason %s", msg, tt.wantReason)
 			}
 		})
 	}
