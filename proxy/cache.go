@@ -118,8 +118,9 @@ func (p *Proxy) fromCache(req *relevancev1.ScoreRequest, reqID string, l cacheLo
 }
 
 // fill caches the fresh scores of resp (which answers l.sub(req)) under the fingerprint fp they
-// were computed with.
-func (p *Proxy) fill(req *relevancev1.ScoreRequest, fp string, l cacheLookup, resp *relevancev1.ScoreResponse) {
+// were computed with, except those of the items marked unidentified (answered without fp: see
+// unidentified in score.go).
+func (p *Proxy) fill(req *relevancev1.ScoreRequest, fp string, l cacheLookup, resp *relevancev1.ScoreResponse, unidentified []bool) {
 	if p.cache == nil || fp == "" {
 		return
 	}
@@ -133,7 +134,7 @@ func (p *Proxy) fill(req *relevancev1.ScoreRequest, fp string, l cacheLookup, re
 	}
 	prefix := prefixPerItem(resp)
 	for j, s := range resp.GetScores() {
-		if !scorecache.Cacheable(s) {
+		if !scorecache.Cacheable(s) || j < len(unidentified) && unidentified[j] {
 			continue
 		}
 		i := j

@@ -180,3 +180,45 @@ func TestModelSwapUnderTraffic(t *testing.T) {
 		}
 	}
 }
+
+// TestScoresWithoutTheModelsIdentityAreNotCached: in a mixed cluster a server of another kind
+// (vLLM, TEI, …) answers without a model fingerprint. Its scores may go into a reply, but they
+// are not cached under the served model's identity: a repeat of the request is answered from
+// the cache only with the items the fingerprinted nodes scored, and the rest are scored again.
+func TestScoresWithoutTheModelsIdentityAreNotCached(t *testing.T) {
+	nodes := startNodes(t, 2, fakenode.Options{Fingerprint: "model-a", Coeffs: fastCost})
+	cfg := testConfig(nodes.Addrs())
+	cfg.Split.MaxBatchItems = 2
+	p, _ := startProxy(t, cfg)
+	score(t, p, makeRequest(8, 1)) // both nodes answer: the cluster serves model-a
+	for _, n := range p.cluster.Snapshot() {
+		if n.Fingerprint() != "model-a" {
+			t.Fatalf("node %s fingerprint %q, want model-a", n.Addr(), n.Fingerprint())
+		}
+	}
+	nodes[1].SetModel("", 0.5) // another server: no fingerprint, scores 0.5 higher
+	req := makeRequest(8, 2)
+	first, err := p.Score(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unidentified := 0
+	for i, s := range first.GetScores() {
+		if math.Abs(float64(s.GetScore()-fakenode.Score(req.GetQuery(), req.GetItems()[i].GetText()))) > 1e-3 {
+			unidentified++
+		}
+	}
+	if unidentified == 0 || unidentified == 8 {
+		t.Fatalf("%d of 8 items scored by the node without a fingerprint, want some but not all", unidentified)
+	}
+	nodes[1].SetModel("model-a", 0) // the same node now serves model-a: what it scores again is exact
+	again := score(t, p, makeRequest(8, 2))
+	if got, want := again.GetUsage().GetCachedItems(), uint64(8-unidentified); got != want {
+		t.Errorf("repeat: %d items from the cache, want the %d that model-a's node scored", got, want)
+	}
+	for i, s := range again.GetScores() {
+		if want := fakenode.Score(req.GetQuery(), req.GetItems()[i].GetText()); math.Abs(float64(s.GetScore()-want)) > 1e-3 {
+			t.Errorf("repeat, item %d: score %v, want model-a's %v (a score without its identity was cached under it)", i, s.GetScore(), want)
+		}
+	}
+}

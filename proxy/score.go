@@ -128,7 +128,7 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 	if err != nil {
 		return nil, err
 	}
-	p.fill(req, served, look, resp)
+	p.fill(req, served, look, resp, unidentified(served, pl, results, len(sub.GetItems())))
 	resp = look.splice(req, resp)
 	if p.cfg.Model.Name != "" {
 		resp.Model = p.cfg.Model.Name
@@ -164,6 +164,30 @@ func lateness(ctx context.Context, results []dispatch.Result, projected, budget 
 		return true, false
 	}
 	return true, true
+}
+
+// unidentified marks the items (of the request the plan was made for, n of them) whose batch was
+// answered without the served model's fingerprint. A scorer node always reports one (dispatch
+// retries a batch answered with another), but in a mixed cluster a server of another kind
+// (vLLM, TEI, …) reports none: its scores may go into the reply, as the operator mixed the
+// cluster, but they are not the served model's to replay from the cache under its identity. nil
+// when every batch carried it.
+func unidentified(served string, pl *plan.Plan, results []dispatch.Result, n int) []bool {
+	var out []bool
+	for bi, r := range results {
+		if r.Resp == nil || r.Resp.GetModelFingerprint() == served || bi >= len(pl.Batches) {
+			continue
+		}
+		if out == nil {
+			out = make([]bool, n)
+		}
+		for _, i := range pl.Batches[bi].Items {
+			if i < n {
+				out[i] = true
+			}
+		}
+	}
+	return out
 }
 
 // oneModel is the model fingerprint the batches were answered with. A request pinned to a

@@ -44,9 +44,34 @@ func TestNodeLoadIsRemainingWork(t *testing.T) {
 	n.Settle(at(0.6), 0.2)
 	near("all settled", n.inflight.Load(), 0)
 	// An unsent lease gives its charge back.
-	n.Charge(at(0.6), 0.3)
-	n.Uncharge(0.3)
+	n.Uncharge(0.3, n.Charge(at(0.6), 0.3))
 	near("uncharged (the foreign 0.3 s less 0.1 s drained)", n.Load(at(0.6)), 0.2)
+}
+
+// TestUnsentLeaseOnALateNodeLeavesItsLoad: a batch placed on a late node and given back
+// (admission refused the plan; a copy or retry refused after placement) leaves the node's load as
+// it was: still late, and growing. Taking back the predicted cost alone left the lateness that
+// Charge began to count in the projected finish, which then lay in the future: the late node
+// looked as if it were draining.
+func TestUnsentLeaseOnALateNodeLeavesItsLoad(t *testing.T) {
+	n := &Node{learn: costmodel.NewLearner(testPrior, 0.99)}
+	t0 := time.Now()
+	at := func(d float64) time.Time { return t0.Add(time.Duration(d * float64(time.Second))) }
+	n.Charge(t0, 0.1) // due at 0.1 s and still out at 0.5 s: late by 0.4 s
+	before, ahead := n.Load(at(0.7)), n.Ahead(at(0.7))
+	n.Uncharge(0.2, n.Charge(at(0.5), 0.2))
+	if got := n.Load(at(0.7)); math.Abs(got-before) > 1e-9 {
+		t.Errorf("load at 0.7 s %.3f after a lease was placed and given back, want %.3f as before", got, before)
+	}
+	if got := n.Ahead(at(0.7)); math.Abs(got-ahead) > 1e-9 || got > 0 {
+		t.Errorf("Ahead at 0.7 s %.3f, want %.3f (behind its projection, as before)", got, ahead)
+	}
+	// Idle, the same: the finish goes back to where it was.
+	idle := &Node{learn: costmodel.NewLearner(testPrior, 0.99)}
+	idle.Uncharge(0.3, idle.Charge(at(0.5), 0.3))
+	if got := idle.Load(at(0.6)); got != 0 {
+		t.Errorf("an idle node's load %.3f after a lease was given back, want 0", got)
+	}
 }
 
 // TestNodeModelSeedsTheLearner: the first reply that carries the node's own cost model replaces

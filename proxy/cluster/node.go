@@ -201,7 +201,10 @@ func clock(t time.Time) float64 { return t.Sub(clockEpoch).Seconds() }
 // overrun by d needs about d more): charged from now instead, a node late by d looked loaded by
 // the new batch alone, less than just before it was picked. (On the fault suite's slow node this
 // alone moved nothing measurable: it keeps the two views of a late node consistent.)
-func (n *Node) Charge(now time.Time, predicted float64) {
+//
+// It returns how far it moved the projected finish: predicted, plus the lateness it began to
+// count (or the idle gap it skipped). Uncharge takes back exactly that.
+func (n *Node) Charge(now time.Time, predicted float64) (moved float64) {
 	n.chargeMu.Lock()
 	c, f := clock(now), n.finish.Load()
 	base := math.Max(f, c)
@@ -211,13 +214,18 @@ func (n *Node) Charge(now time.Time, predicted float64) {
 	n.inflight.Add(predicted)
 	n.finish.Store(base + predicted)
 	n.chargeMu.Unlock()
+	return base + predicted - f
 }
 
-// Uncharge takes back a charge whose batch was never sent.
-func (n *Node) Uncharge(predicted float64) {
+// Uncharge takes back a charge whose batch was never sent: predicted from the work in flight,
+// and moved (what Charge returned) from the projected finish. Taking back predicted alone left
+// a late node's lateness counted twice in its finish, which then lay in the future: the node
+// looked as if draining (its load falling, its batches "within schedule") each time a plan
+// placed on it was refused.
+func (n *Node) Uncharge(predicted, moved float64) {
 	n.chargeMu.Lock()
 	n.inflight.Add(-predicted)
-	n.finish.Store(n.finish.Load() - predicted)
+	n.finish.Store(n.finish.Load() - moved)
 	n.chargeMu.Unlock()
 }
 

@@ -42,10 +42,17 @@ func (n *Node) observeSlowness(ratio float64) {
 	n.slowness.Store(ratio)
 }
 
-// ReportOK records a call that ended in time, ratio its latency ÷ projected finish.
-func (c *Cluster) ReportOK(n *Node, now time.Time, ratio float64) {
+// ReportOK records a call sent at sent that ended in time at now, ratio its latency ÷ projected
+// finish. Only a call sent after the node's last ejection ends its probation: one already out
+// when the node was ejected (a small batch queued behind the slow ones, answered in time) says
+// nothing of whether the node has recovered, and ending the probation on it sent the node back
+// to full traffic without a probe, to be ejected again only after ConsecutiveSlow more misses.
+func (c *Cluster) ReportOK(n *Node, sent, now time.Time, ratio float64) {
 	n.observeSlowness(ratio)
 	n.slowRun.Store(0)
+	if sent.UnixNano() < n.ejectedAt.Load() {
+		return
+	}
 	if n.probation.Swap(false) && now.Sub(time.Unix(0, n.ejectedUntil.Load())) > c.cfg.Outlier.MaxEjection {
 		n.ejections.Store(0)
 	}

@@ -35,7 +35,7 @@ func TestOutlierEjectionBoundedAndGrowing(t *testing.T) {
 	t0 := time.Now()
 	c.ReportSlow(a, t0, 3)
 	c.ReportSlow(a, t0, 3)
-	c.ReportOK(a, t0, 1) // not in a row
+	c.ReportOK(a, t0, t0, 1) // not in a row
 	c.ReportSlow(a, t0, 3)
 	c.ReportSlow(a, t0, 3)
 	if a.Ejected(t0) {
@@ -56,7 +56,7 @@ func TestOutlierEjectionBoundedAndGrowing(t *testing.T) {
 		t.Error("both nodes ejected: the ejection share was not enforced")
 	}
 	for range 10 {
-		c.ReportOK(b, t0, 1) // b is fine again, so a stands out
+		c.ReportOK(b, t0, t0, 1) // b is fine again, so a stands out
 	}
 	// Probation: back after base, one slow outcome ejects it again, for 2 × base.
 	t1 := t0.Add(base + time.Millisecond)
@@ -132,13 +132,50 @@ func TestEquallySlowNodesAreNotEjected(t *testing.T) {
 		t.Fatalf("equally slow nodes: a ejected %v, b ejected %v; want neither", a.Ejected(t0), b.Ejected(t0))
 	}
 	for range 10 {
-		c.ReportOK(b, t0, 1) // b recovers; a stays slow
+		c.ReportOK(b, t0, t0, 1) // b recovers; a stays slow
 	}
 	for range 3 {
 		c.ReportSlow(a, t0, 3)
 	}
 	if !a.Ejected(t0) || b.Ejected(t0) {
 		t.Errorf("a slow while b is fine: a ejected %v, b ejected %v; want a only", a.Ejected(t0), b.Ejected(t0))
+	}
+}
+
+// TestCallsSentBeforeAnEjectionDoNotEndItsProbation: batches already out when a node is ejected
+// and answered in time (during the ejection or after it) leave the node on probation: back from
+// the ejection it takes probes, and one slow outcome ejects it again. An OK outcome of a call
+// sent after the ejection ends the probation.
+func TestCallsSentBeforeAnEjectionDoNotEndItsProbation(t *testing.T) {
+	base := 200 * time.Millisecond
+	c := startCluster(t, 2, OutlierConfig{ConsecutiveSlow: 3, BaseEjection: base, MaxEjection: 10 * base, MaxEjectionPercent: 50})
+	a, b := c.Snapshot()[0], c.Snapshot()[1]
+	t0 := time.Now()
+	for range 5 {
+		c.ReportOK(b, t0, t0, 1)
+	}
+	sentBefore := t0.Add(-50 * time.Millisecond)
+	for range 3 {
+		c.ReportSlow(a, t0, 3)
+	}
+	if !a.Ejected(t0) {
+		t.Fatal("three slow outcomes did not eject the node")
+	}
+	c.ReportOK(a, sentBefore, t0.Add(10*time.Millisecond), 1.2)     // during the ejection
+	c.ReportOK(a, sentBefore, t0.Add(base+5*time.Millisecond), 1.2) // after it
+	back := t0.Add(base + 10*time.Millisecond)
+	if !a.probation.Load() {
+		t.Fatal("back from its ejection the node is off probation: calls sent before the ejection ended it")
+	}
+	c.ReportSlow(a, back, 3)
+	if !a.Ejected(back) {
+		t.Fatal("on probation, one slow outcome did not eject the node again")
+	}
+	// Back again, a call sent after the ejection that answers in time ends the probation.
+	again := back.Add(2*base + 10*time.Millisecond)
+	c.ReportOK(a, again, again.Add(10*time.Millisecond), 1)
+	if a.probation.Load() {
+		t.Error("an in-time answer to a call sent after the ejection left the node on probation")
 	}
 }
 
@@ -152,7 +189,7 @@ func TestProbationNodeTakesProbesNotBatches(t *testing.T) {
 	nodes := c.Snapshot()
 	a := nodes[0]
 	for _, n := range nodes[1:] {
-		c.ReportOK(n, time.Now(), 1)
+		c.ReportOK(n, time.Now(), time.Now(), 1)
 	}
 	c.ReportSlow(a, time.Now(), 5)
 	if !a.Ejected(time.Now()) {
@@ -181,7 +218,7 @@ func TestProbationNodeTakesProbesNotBatches(t *testing.T) {
 	if got := c.Eligible(nodes[1:]); len(got) != 1 || got[0] != a {
 		t.Errorf("with every other node excluded, eligible %v, want the node on probation", got)
 	}
-	c.ReportOK(a, time.Now(), 1)
+	c.ReportOK(a, time.Now(), time.Now(), 1)
 	if got := c.Eligible(nil); len(got) != 3 {
 		t.Errorf("after an OK probe, %d candidates, want 3", len(got))
 	}

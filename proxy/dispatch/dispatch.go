@@ -705,7 +705,7 @@ func (d *Dispatcher) outlier(ctx context.Context, l *plan.Lease, err error, el t
 	switch {
 	case err == nil:
 		if !mk.slow.Load() {
-			d.cluster.ReportOK(l.Node, now, ratio(el, l.Finish))
+			d.cluster.ReportOK(l.Node, start, now, ratio(el, l.Finish))
 		}
 	case status.Code(err) == codes.DeadlineExceeded && (ctx.Err() == nil || el.Seconds() > l.Finish+d.cfg.SlowMin.Seconds()):
 		// A refusal (the node's own estimate says the batch cannot make the deadline) is

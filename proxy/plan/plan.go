@@ -61,12 +61,14 @@ type Lease struct {
 	// Samples is how many replies the node's cost model had learned from at placement: how far
 	// the projection could be trusted.
 	Samples int64
+	// charged is how far placing it moved the node's projected finish (Release gives it back).
+	charged float64
 }
 
 // Release gives back a lease whose call will not be made: its charge, its call count and its
 // breaker permit (uncounted).
 func (l *Lease) Release() {
-	l.Node.Uncharge(l.Predicted)
+	l.Node.Uncharge(l.Predicted, l.charged)
 	if l.Done != nil {
 		l.Done(cluster.ErrExcluded)
 	}
@@ -178,7 +180,7 @@ func lease(n *cluster.Node, done func(error), w Work) *Lease {
 	l := &Lease{Node: n, Done: done, Coeffs: c, Predicted: c.Seconds(f), Features: f, Samples: n.Samples()}
 	l.Start = n.Load(now)
 	l.Finish = l.Start + l.Predicted
-	n.Charge(now, l.Predicted)
+	l.charged = n.Charge(now, l.Predicted)
 	l.Alone = n.CallStarted()
 	return l
 }
