@@ -147,7 +147,13 @@ func New(cfg Config, load LoadFunc, opt Options) (*Node, error) {
 	}
 	n.m = m
 	n.sched.m = m
-	limit, source := applyMemoryLimit(cfg, 0) // re-derived with the model's heap once it is loaded
+	// A derived limit is set once the model is loaded and calibrated (runLoad): before, its heap
+	// is unknown, and a limit without it made loading and calibration run under constant forced
+	// collections (hundreds a pass for the 0.6B model).
+	limit, source := int64(0), "derived"
+	if os.Getenv("GOMEMLIMIT") != "" || cfg.MemoryLimit != 0 {
+		limit, source = applyMemoryLimit(cfg, 0)
+	}
 	n.mem = &memorySampler{limit: limit, limitSource: source, prefixCache: n.prefixCacheBytes}
 	if err := registerMemoryMetrics(n.reg, n.mem); err != nil {
 		return nil, err
@@ -258,12 +264,24 @@ func (n *Node) runLoad(ctx context.Context) {
 	if n.draining { // shut down while loading: never start serving
 		return
 	}
-	n.engine.Store(&eng)
 	if _, src := n.mem.limits(); src == "derived" {
-		l, src := applyMemoryLimit(n.cfg, liveHeap())
+		// The model's heap: what is live once it is loaded and calibrated, less what the
+		// calibration passes left in the prefix cache (the limit adds the cache's whole budget
+		// on its own; counted as model too, it was counted twice).
+		model := liveHeap()
+		if pc, ok := eng.(PrefixCacheStatser); ok {
+			if st, ok := pc.PrefixCacheStats(); ok {
+				model -= st.Bytes
+			}
+		}
+		l, src := applyMemoryLimit(n.cfg, model)
 		n.mem.setLimit(l, src)
 	}
 	n.sched.start(eng, cost)
+	// Last: a call that finds the engine finds the scheduler started with its cost model (before,
+	// calls in the window — which holds the full collection above — were priced by the engine's
+	// starting guess of its speed).
+	n.engine.Store(&eng)
 	in := eng.Info()
 	n.m.setInfo(n.nodeID, in)
 	n.m.ready.Set(1)

@@ -223,7 +223,19 @@ func (s *scheduler) release() {
 // submit queues g for an admitted caller whose ctx is given, ending its admission. It
 // estimates on the caller's goroutine.
 func (s *scheduler) submit(ctx context.Context, eng scorer.Engine, g *scorer.Group, order time.Time) (*job, error) {
-	est, _ := s.estimate(eng, []*scorer.Group{g})
+	est := func() float64 {
+		// A panic in the engine's cost features (the interceptor answers it INTERNAL) must end
+		// the admission too: left counted, it kept every later drain waiting its whole timeout.
+		priced := false
+		defer func() {
+			if !priced {
+				s.release()
+			}
+		}()
+		e, _ := s.estimate(eng, []*scorer.Group{g})
+		priced = true
+		return e
+	}()
 	j := &job{
 		ctx:    ctx,
 		group:  g,
@@ -412,25 +424,35 @@ func (s *scheduler) next(eng scorer.Engine) []*job {
 				failed, failErr = append(failed, j), append(failErr, err)
 				continue
 			}
-			if dl, ok := j.ctx.Deadline(); ok && j.est > 0 && now.Add(secondsDur(j.est)).After(dl) {
-				s.popLocked()
-				failed = append(failed, j)
-				failErr = append(failErr, status.Errorf(codes.DeadlineExceeded,
-					"batch cannot finish before its deadline: estimated %.3fs of compute, %.3fs left", j.est, dl.Sub(now).Seconds()))
-				continue
-			}
 			if len(take) > 0 && tokens+j.tokens > s.maxBatchTokens {
-				break // FIFO: later jobs wait rather than overtake
+				break // FIFO: later jobs wait rather than overtake (and are checked when they run)
 			}
-			// Priced now, not j.est (at submit): the pass's estimate is made now, and a prefix
-			// cached since submit would make the two disagree.
+			// Priced now, not at submit: a prefix cached since (by the pass before, for another
+			// batch of the same query) or a cost model that learned since makes the submit price
+			// stale. The queue's reported cost follows the new price.
 			alone, _ := s.estimateLocked(eng, []*scorer.Group{j.group})
+			if alone > 0 {
+				s.queuedCost += alone - j.est
+				j.est = alone
+			}
 			merged := alone
 			if len(take) > 0 {
 				merged, _ = s.estimateLocked(eng, append(groups, j.group))
-				if !s.mergeFill && !mergePays(passEst, alone, merged, s.passCostLocked(eng), len(take), len(s.queue)) {
-					break
-				}
+			}
+			// The soonest j can be answered is with this pass: alone when it heads it, merged
+			// into it otherwise (where a prefix it shares with the pass is not paid again). Past
+			// its deadline even then, it is doomed. Checked on the submit price, or on the price
+			// alone for a job merged behind the same query, a batch the node could answer with
+			// time to spare was refused.
+			if dl, ok := j.ctx.Deadline(); ok && merged > 0 && now.Add(secondsDur(merged)).After(dl) {
+				s.popLocked()
+				failed = append(failed, j)
+				failErr = append(failErr, status.Errorf(codes.DeadlineExceeded,
+					"batch cannot finish before its deadline: estimated %.3fs of compute, %.3fs left", merged, dl.Sub(now).Seconds()))
+				continue
+			}
+			if len(take) > 0 && !s.mergeFill && !mergePays(passEst, alone, merged, s.passCostLocked(eng), len(take), len(s.queue)) {
+				break
 			}
 			// Merging lengthens the pass for every job already taken: stop before the merged
 			// pass would make one of them miss a deadline it could meet alone — with the cost

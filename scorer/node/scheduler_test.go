@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -314,4 +315,121 @@ func submitJobs(t *testing.T, s *scheduler, eng scorer.Engine, ctxs ...context.C
 		jobs = append(jobs, j)
 	}
 	return jobs
+}
+
+// cachingFake is fakeEngine with a prefix cache: a prefix computed by a pass is not charged
+// again (as the real and emulated engines' CostFeatures do).
+type cachingFake struct {
+	*fakeEngine
+	mu     sync.Mutex
+	cached map[string]bool
+}
+
+func (c *cachingFake) CostFeatures(groups []*scorer.Group) costmodel.Features {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var f costmodel.Features
+	for _, g := range groups {
+		reused := 0
+		if c.cached[string(runesToBytes(g.Prefix))] {
+			reused = len(g.Prefix)
+		}
+		f = f.Add(g.Features(reused))
+	}
+	return f
+}
+
+func (c *cachingFake) Forward(ctx context.Context, groups []*scorer.Group) (scorer.ForwardStats, error) {
+	st, err := c.fakeEngine.Forward(ctx, groups)
+	if err == nil {
+		c.mu.Lock()
+		for _, g := range groups {
+			c.cached[string(runesToBytes(g.Prefix))] = true
+		}
+		c.mu.Unlock()
+	}
+	return st, err
+}
+
+func runesToBytes(p []int32) []byte {
+	var b []byte
+	for _, r := range p {
+		b = append(b, byte(r), byte(r>>8), byte(r>>16), byte(r>>24))
+	}
+	return b
+}
+
+// TestDeadlineCheckPricesTheBatchWhenItRuns: two batches of one request (same query, so the same
+// prefix) are queued and do not merge; the first pass caches the prefix. The second then costs
+// its items only (0.03 s) and has 3 s left: it runs. Priced as at submit, prefix included (10 s),
+// it was refused with DEADLINE_EXCEEDED.
+func TestDeadlineCheckPricesTheBatchWhenItRuns(t *testing.T) {
+	inner := newFake()
+	inner.started = nil
+	inner.maxTokens = 4000
+	cost := costmodel.Coeffs{A: 0.01, C: 1e-6}
+	inner.prior = scorer.CostPrior{Coeffs: cost, Source: scorer.CostSourceProfile}
+	inner.truth = cost
+	f := &cachingFake{fakeEngine: inner, cached: map[string]bool{}}
+	s := newScheduler(1100, 10, false) // a batch is ~1003 tokens: two never merge
+	q := strings.Repeat("q", 999)
+	var jobs []*job
+	ctxB, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for _, ctx := range []context.Context{context.Background(), ctxB} {
+		g, err := f.Tokenize("", q, []string{"d"}, scorer.TokenizeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.admit(); err != nil {
+			t.Fatal(err)
+		}
+		j, err := s.submit(ctx, f, g, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+	t.Logf("estimates at submit: %.3f s, %.3f s", jobs[0].est, jobs[1].est)
+	s.start(f, nil)
+	defer s.stop()
+	if r := <-jobs[0].done; r.err != nil {
+		t.Fatalf("first batch: %v", r.err)
+	}
+	alone, _ := s.estimate(f, []*scorer.Group{jobs[1].group})
+	if r := <-jobs[1].done; r.err != nil {
+		t.Errorf("second batch, %.3f s of work now, 3 s left: %v", alone, r.err)
+	}
+}
+
+// panickyCost is fakeEngine whose cost features panic on a query ending in "!".
+type panickyCost struct{ *fakeEngine }
+
+func (p panickyCost) CostFeatures(groups []*scorer.Group) costmodel.Features {
+	for _, g := range groups {
+		if len(g.Prefix) > 0 && g.Prefix[len(g.Prefix)-1] == '!' {
+			panic("cost features bug")
+		}
+	}
+	return p.fakeEngine.CostFeatures(groups)
+}
+
+// TestPanicPricingABatchEndsItsAdmission: a panic in the engine's cost features while a batch is
+// queued (the interceptor answers INTERNAL) ends the call's admission: the node drains at once
+// afterwards instead of waiting its whole drain timeout for a call that ended.
+func TestPanicPricingABatchEndsItsAdmission(t *testing.T) {
+	f := newFake()
+	f.started = nil
+	h := start(t, testConfig(), loadEngine(panickyCost{f}), true)
+	if _, err := h.client.ScoreBatch(ctxT(t), batch("q!", "doc")); err == nil {
+		t.Fatal("want an error")
+	}
+	h.n.sched.mu.Lock()
+	adm := h.n.sched.admitted
+	h.n.sched.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if err := h.n.Drain(ctx); err != nil || adm != 0 {
+		t.Errorf("admitted = %d after the call ended; Drain: %v", adm, err)
+	}
 }

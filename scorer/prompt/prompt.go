@@ -68,6 +68,11 @@ func (b *Builder) Whole(instruction, query, doc string) []int32 {
 	return append(out, b.tail...)
 }
 
+// boundarySlack bounds how many of the body prefix's last tokens a document's encoding may
+// merge differently (pre-tokenization splits at the space before the document, so in practice
+// at most one). A variable so that a test can turn the early refusal off and compare.
+var boundarySlack = 4
+
 // ErrEmptyQuery is returned (wrapped) for an empty query.
 var ErrEmptyQuery = errors.New("query is empty")
 
@@ -85,6 +90,15 @@ func (b *Builder) Build(instruction, query string, docs []string, opt scorer.Tok
 	}
 	bp := BodyPrefix(instruction, query)
 	pt := b.tok.EncodePlain(bp)
+	// A query that leaves no room for any document is refused before the documents are
+	// encoded: each is encoded with the body prefix before it, so a huge query cost its length
+	// times the documents (a 4 MiB query with 16 empty documents took ~1 s of a node's CPU)
+	// only to be refused below. The slack covers the few tokens by which a document's encoding
+	// may shorten the prefix at the boundary (docStart below); within it, the per-document check
+	// decides.
+	if over := len(b.head) + len(pt) + len(b.tail); b.maxTokens > 0 && over-boundarySlack > b.maxTokens {
+		return nil, fmt.Errorf("build prompt: the query, instruction and template take %d tokens, over the limit of %d", over, b.maxTokens)
+	}
 	fulls := make([][]int32, len(docs))
 	p := len(pt)
 	for i, d := range docs {

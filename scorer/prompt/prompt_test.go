@@ -166,6 +166,29 @@ func TestBuildErrors(t *testing.T) {
 	}
 }
 
+// TestQueryOverTheLimitRefusedBeforeTheDocuments: a query that leaves no room for a document is
+// refused before the documents are encoded, with the same answer as the per-document check: for
+// queries around the limit and documents that merge differently at the boundary, Build gives
+// the same group or the same error with the early refusal as without it.
+func TestQueryOverTheLimitRefusedBeforeTheDocuments(t *testing.T) {
+	b := New(defaultTok(t), 120)
+	prev := boundarySlack
+	defer func() { boundarySlack = prev }()
+	for words := 20; words <= 60; words++ {
+		query := strings.TrimSpace(strings.Repeat("q ", words)) + "!"
+		boundarySlack = prev
+		early, errEarly := b.Build("", query, docs, scorer.TokenizeOptions{})
+		boundarySlack = 1 << 30 // never refuse early
+		late, errLate := b.Build("", query, docs, scorer.TokenizeOptions{})
+		if (errEarly == nil) != (errLate == nil) || errEarly != nil && errEarly.Error() != errLate.Error() {
+			t.Fatalf("%d-word query: error %v with the early refusal, %v without", words, errEarly, errLate)
+		}
+		if diff := cmp.Diff(late, early); diff != "" {
+			t.Fatalf("%d-word query: groups differ (-without +with):\n%s", words, diff)
+		}
+	}
+}
+
 func TestConcurrentBuild(t *testing.T) {
 	b := New(defaultTok(t), 256)
 	want, err := b.Build("", "concurrency", docs, scorer.TokenizeOptions{})
