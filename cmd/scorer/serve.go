@@ -185,8 +185,11 @@ func engineLoader(cfg node.Config, reg prometheus.Registerer, log *slog.Logger) 
 			MoEPolicy:        cfg.MoEPolicy,
 			BF16Matmul:       cfg.BF16Matmul,
 			PrefixCacheBytes: cfg.PrefixCacheBytes,
-			Registerer:       reg,
-			Cost:             cfg.Cost,
+			// One pass's rows within max_batch_tokens, as the memory limit assumes (a single
+			// batch over it runs as several passes).
+			MaxPassTokens: cfg.MaxBatchTokens,
+			Registerer:    reg,
+			Cost:          cfg.Cost,
 		}
 		if cfg.CalibrationCache != "" {
 			// The MoE kernel policy's cost table is kept beside the calibrations.

@@ -73,6 +73,11 @@ type Options struct {
 	// for this machine is used instead of measured (the measurement is a sizeable share of a
 	// restart's load), and one measured is kept. Nil measures at every Load.
 	MoECostTables kernels.MoECostTableStore
+	// MaxPassTokens bounds the rows of one forward pass: a call over more (prefixes computed
+	// plus item tokens) runs as several passes, the prefixes computed once in the first (see
+	// forwardBounded), with the same scores. The activation arena grows to a pass's rows and is
+	// kept, so this bounds the working memory (a node passes its max_batch_tokens). 0: no bound.
+	MaxPassTokens int
 	// Cost is the engine's cost prior (CostPrior), measured elsewhere (`bench calibrate`); zero
 	// means a guess from the model's shape (see shapeCost), which a node replaces at start-up by
 	// timing passes of its own.
@@ -98,6 +103,8 @@ type Engine struct {
 	identity string
 	// templates marks each group's template (prompt.Templates).
 	templates *prompt.Templates
+	// maxPassRows is Options.MaxPassTokens.
+	maxPassRows int
 }
 
 var _ scorer.Engine = (*Engine)(nil)
@@ -121,6 +128,9 @@ func Load(dir string, opt Options) (*Engine, error) {
 	}
 	if opt.PrefixCacheBytes < 0 {
 		return nil, fmt.Errorf("load model: prefix cache bytes must be ≥ 0, got %d", opt.PrefixCacheBytes)
+	}
+	if opt.MaxPassTokens < 0 {
+		return nil, fmt.Errorf("load model: max pass tokens must be ≥ 0, got %d", opt.MaxPassTokens)
 	}
 	tok, err := loadTokenizer(dir)
 	if err != nil {
@@ -187,7 +197,8 @@ func Load(dir string, opt Options) (*Engine, error) {
 			Model: name, Architecture: cfg.Arch(), DType: m.DType, Kernels: kernels.Implementation(),
 			MaxTokens: maxTokens,
 		},
-		prior: scorer.CostPrior{Coeffs: opt.Cost, Source: scorer.CostSourceConfig},
+		prior:       scorer.CostPrior{Coeffs: opt.Cost, Source: scorer.CostSourceConfig},
+		maxPassRows: opt.MaxPassTokens,
 	}
 	if cfg.NumExperts > 0 {
 		e.info.MoEPolicy = policy.String()
@@ -342,7 +353,7 @@ func (e *Engine) Forward(ctx context.Context, groups []*scorer.Group) (scorer.Fo
 		}
 	}
 	var st qwen.Stats
-	out, err := e.model.Forward(ctx, qg, &st)
+	out, err := forwardBounded(ctx, e.model, qg, e.maxPassRows, &st)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 			return stats, ctxErr

@@ -114,6 +114,15 @@ func TestScoresArePathIndependent(t *testing.T) {
 			dir := generated(t, spec)
 			engines := []*Engine{load(t, dir, Options{}), load(t, dir, Options{PrefixCacheBytes: 64 << 20}), load(t, dir, Options{PrefixCacheBytes: 64 << 20})}
 			paths := paths
+			// A call over MaxPassTokens rows runs as several passes: prefixes in the first,
+			// items against their kept KV after; with and without a prefix cache.
+			engines = append(engines, load(t, dir, Options{MaxPassTokens: 90}), load(t, dir, Options{MaxPassTokens: 90, PrefixCacheBytes: 64 << 20}))
+			paths = append(paths,
+				pathScore{"passes of ≤ 90 rows, 2 threads", len(engines) - 2, 2, [][]pathGroup{{{queries[0], shuffled()}}}, false},
+				pathScore{"passes of ≤ 90 rows beside another query and the same prefix, 1 thread", len(engines) - 2, 1,
+					[][]pathGroup{{{queries[1], all[:5]}, {queries[0], all[:11]}, {queries[1], all[5:]}, {queries[0], all[11:]}}}, false},
+				pathScore{"passes of ≤ 90 rows with a prefix cache, twice, 2 threads", len(engines) - 1, 2,
+					[][]pathGroup{{{queries[0], shuffled()}}, {{queries[0], shuffled()}}}, false})
 			if spec.Arch != "qwen3" {
 				for _, p := range []string{"threshold", "fixed:exact", "fixed:16", "fixed:32", "fixed:64", "fixed:128"} {
 					engines = append(engines, load(t, dir, Options{MoEPolicy: p}))
