@@ -122,7 +122,9 @@ func Ranked(s *relevancev1.ItemScore) bool {
 	return !math.IsNaN(v) && !math.IsInf(v, 0)
 }
 
-// Ranking lists the ranked items by score, best first (ties by index), cut to topN when > 0.
+// Ranking lists the ranked items by score, best first, equal scores by logit (the float32
+// sigmoid is 1 for every logit above ~17 and 0 below ~-104, where the logits still tell items
+// apart), then by index; cut to topN when > 0.
 func Ranking(scores []*relevancev1.ItemScore, topN int) []uint32 {
 	idx := make([]uint32, 0, len(scores))
 	for i, s := range scores {
@@ -130,7 +132,12 @@ func Ranking(scores []*relevancev1.ItemScore, topN int) []uint32 {
 			idx = append(idx, uint32(i))
 		}
 	}
-	slices.SortStableFunc(idx, func(a, b uint32) int { return cmp.Compare(scores[b].GetScore(), scores[a].GetScore()) })
+	slices.SortStableFunc(idx, func(a, b uint32) int {
+		if c := cmp.Compare(scores[b].GetScore(), scores[a].GetScore()); c != 0 {
+			return c
+		}
+		return cmp.Compare(scores[b].GetLogit(), scores[a].GetLogit())
+	})
 	if topN > 0 && topN < len(idx) {
 		idx = idx[:topN]
 	}

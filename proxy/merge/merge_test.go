@@ -46,6 +46,22 @@ func TestRanking(t *testing.T) {
 	}
 }
 
+// TestRankingOfSaturatedScoresFollowsTheLogits: the float32 sigmoid is exactly 1 for every logit
+// above ~17, so scores tie where the logits do not; the ranking follows the logits there (logits
+// 18, 25, 2: item 1 first, not item 0 by its index), and equal scores and logits keep index order.
+func TestRankingOfSaturatedScoresFollowsTheLogits(t *testing.T) {
+	s := scores(1, 1, 0.88, 1)
+	for i, l := range []float32{18, 25, 2, 18} {
+		s[i].Logit = l
+	}
+	if diff := cmp.Diff([]uint32{1, 0, 3, 2}, Ranking(s, 0)); diff != "" {
+		t.Errorf("ranking (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]uint32{1}, Ranking(s, 1)); diff != "" {
+		t.Errorf("top 1 (-want +got):\n%s", diff)
+	}
+}
+
 func twoBatchPlan() (*relevancev1.ScoreRequest, *plan.Plan) {
 	req := &relevancev1.ScoreRequest{Query: "q", TopN: 3, Items: []*relevancev1.Item{{Id: "a"}, {Id: "b"}, {Id: "c"}, {Id: "d"}}}
 	p := &plan.Plan{Batches: []*plan.Batch{{Index: 0, Items: []int{1, 3}}, {Index: 1, Items: []int{0, 2}}}}

@@ -2,6 +2,7 @@ package model
 
 import (
 	"context"
+	"fmt"
 	"unsafe"
 
 	"github.com/relevance-scoring/relevance/scorer/model/qwen"
@@ -33,6 +34,16 @@ func forwardBounded(ctx context.Context, m *qwen.Model, groups []*qwen.Group, ma
 	}
 	if maxRows <= 0 || rows <= maxRows || items <= 1 {
 		return m.Forward(ctx, groups, st)
+	}
+	// The prompts' lengths are checked here, as one pass checks them before computing anything:
+	// found in a later pass, a too-long item would waste the first, and its error would name
+	// the group by its place in that pass.
+	for g, gr := range groups {
+		for i, it := range gr.Items {
+			if n := len(gr.Prefix) + len(it); n > m.MaxPositions() {
+				return nil, fmt.Errorf("group %d item %d: %d prompt tokens exceed the model's %d positions", g, i, n, m.MaxPositions())
+			}
+		}
 	}
 	pass := assignPasses(groups, maxRows)
 	out := make([][][]float32, len(groups))

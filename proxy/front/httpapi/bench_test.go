@@ -84,7 +84,7 @@ func BenchmarkParseRerank(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, _, err := parseRerank(body); err != nil {
+		if _, _, _, err := parseRerank(body, 0); err != nil {
 			b.Fatal(err)
 		}
 	}

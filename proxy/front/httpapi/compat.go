@@ -5,9 +5,11 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,12 +41,12 @@ import (
 
 // teiRequest is TEI's rerank body. Pointers tell "absent" from zero.
 type teiRequest struct {
-	Query               *string    `json:"query"`
-	Texts               []document `json:"texts"`
-	Truncate            *bool      `json:"truncate"`
-	TruncationDirection *string    `json:"truncation_direction"`
-	RawScores           *bool      `json:"raw_scores"`
-	ReturnText          *bool      `json:"return_text"`
+	Query               *string      `json:"query"`
+	Texts               documentList `json:"texts"`
+	Truncate            *bool        `json:"truncate"`
+	TruncationDirection *string      `json:"truncation_direction"`
+	RawScores           *bool        `json:"raw_scores"`
+	ReturnText          *bool        `json:"return_text"`
 	// Extensions, as on the other rerank routes.
 	Instruction string `json:"instruction"`
 	Cache       *bool  `json:"cache"`
@@ -107,8 +109,8 @@ func isTEI(body []byte) bool {
 }
 
 // parseTEI decodes a TEI body into a ScoreRequest and the texts.
-func parseTEI(body []byte) (*relevancev1.ScoreRequest, []string, teiRequest, error) {
-	var tr teiRequest
+func parseTEI(body []byte, maxItems int) (*relevancev1.ScoreRequest, []string, teiRequest, error) {
+	tr := teiRequest{Texts: documentList{limit: maxItems}}
 	if err := checkUTF8(body); err != nil {
 		return nil, nil, tr, err
 	}
@@ -118,8 +120,10 @@ func parseTEI(body []byte) (*relevancev1.ScoreRequest, []string, teiRequest, err
 	switch {
 	case tr.Query == nil:
 		return nil, nil, tr, unacceptable("query", "is required")
-	case tr.Texts == nil:
+	case !tr.Texts.present:
 		return nil, nil, tr, unacceptable("texts", "is required")
+	case tr.Texts.overLimit():
+		return nil, nil, tr, unacceptable("texts", "more than %d items, limit %d", tr.Texts.limit, tr.Texts.limit)
 	}
 	// TEI refuses a text over the model's limit unless truncate is true, and then cuts it from
 	// the side truncation_direction names. The nodes cut documents at their end only.
@@ -135,7 +139,7 @@ func parseTEI(body []byte) (*relevancev1.ScoreRequest, []string, teiRequest, err
 			return nil, nil, tr, unacceptable("truncation_direction", "left is not supported: documents are cut at their end (right)")
 		}
 	}
-	texts, items, err := itemsOf("texts", tr.Texts)
+	texts, items, err := itemsOf("texts", tr.Texts.docs)
 	if err != nil {
 		return nil, nil, tr, err
 	}
@@ -148,7 +152,7 @@ func parseTEI(body []byte) (*relevancev1.ScoreRequest, []string, teiRequest, err
 func (s *Server) serveTEI(ctx *fasthttp.RequestCtx, rt *route) {
 	tei := *rt
 	tei.vocab, tei.errShape = teiVocabulary, teiError
-	req, texts, tr, err := parseTEI(ctx.PostBody())
+	req, texts, tr, err := parseTEI(ctx.PostBody(), s.opts.MaxItems)
 	if err != nil {
 		s.writeError(ctx, tei.errShape, failureOf(err))
 		return
@@ -422,8 +426,18 @@ func (s *Server) serveVLLMScore(ctx *fasthttp.RequestCtx, rt *route) {
 	// one of the cancellations that follow it.
 	failed, failErr := -1, error(nil)
 	var failMu sync.Mutex
+	// A panic in the core on one of the group goroutines is carried to this one and raised
+	// again, where handle's recover answers 500: left on its own goroutine, it ended the process.
+	var panicked any
+	var panicOnce sync.Once
 	for g := range groups {
-		eg.Go(func() error {
+		eg.Go(func() (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					panicOnce.Do(func() { panicked = fmt.Sprintf("%v\n%s", r, debug.Stack()) })
+					err = errors.New("core panicked")
+				}
+			}()
 			if err := ectx.Err(); err != nil {
 				return err // an earlier group failed (or the budget ran out) before this one started
 			}
@@ -440,7 +454,11 @@ func (s *Server) serveVLLMScore(ctx *fasthttp.RequestCtx, rt *route) {
 			return nil
 		})
 	}
-	if err := eg.Wait(); err != nil {
+	err = eg.Wait()
+	if panicked != nil {
+		panic(panicked)
+	}
+	if err != nil {
 		g := 0
 		if failed >= 0 {
 			g, err = failed, failErr

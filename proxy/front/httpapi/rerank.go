@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
@@ -14,13 +15,13 @@ import (
 // rerankRequest is the union of the Jina/vLLM (/v1/rerank, /rerank) and Cohere v2 (/v2/rerank)
 // request bodies. Pointers tell "absent" from zero. Unknown fields are ignored.
 type rerankRequest struct {
-	Model           string     `json:"model"`
-	Query           *string    `json:"query"`
-	Documents       []document `json:"documents"`
-	TopN            *int64     `json:"top_n"`
-	ReturnDocuments *bool      `json:"return_documents"`
-	MaxTokensPerDoc *int64     `json:"max_tokens_per_doc"`
-	Instruction     string     `json:"instruction"`
+	Model           string       `json:"model"`
+	Query           *string      `json:"query"`
+	Documents       documentList `json:"documents"`
+	TopN            *int64       `json:"top_n"`
+	ReturnDocuments *bool        `json:"return_documents"`
+	MaxTokensPerDoc *int64       `json:"max_tokens_per_doc"`
+	Instruction     string       `json:"instruction"`
 	// Cache false bypasses the proxy's score cache (an extension, like instruction).
 	Cache *bool `json:"cache"`
 }
@@ -71,8 +72,8 @@ var (
 // parseRerank decodes body into a ScoreRequest and the document texts (kept for
 // return_documents). It checks only what the decoding itself needs: the JSON, the types, the
 // fields the shape requires, and the numbers the ScoreRequest cannot carry; the rest is the core's.
-func parseRerank(body []byte) (*relevancev1.ScoreRequest, []string, rerankRequest, error) {
-	var rr rerankRequest
+func parseRerank(body []byte, maxItems int) (*relevancev1.ScoreRequest, []string, rerankRequest, error) {
+	rr := rerankRequest{Documents: documentList{limit: maxItems}}
 	if err := checkUTF8(body); err != nil {
 		return nil, nil, rr, err
 	}
@@ -82,14 +83,16 @@ func parseRerank(body []byte) (*relevancev1.ScoreRequest, []string, rerankReques
 	switch {
 	case rr.Query == nil:
 		return nil, nil, rr, unacceptable("query", "is required")
-	case rr.Documents == nil:
+	case !rr.Documents.present:
 		return nil, nil, rr, unacceptable("documents", "is required")
+	case rr.Documents.overLimit():
+		return nil, nil, rr, unacceptable("documents", "more than %d items, limit %d", rr.Documents.limit, rr.Documents.limit)
 	case rr.TopN != nil && *rr.TopN < 0:
 		return nil, nil, rr, unacceptable("top_n", "must be >= 0, got %d", *rr.TopN)
 	case rr.MaxTokensPerDoc != nil && (*rr.MaxTokensPerDoc < 1 || *rr.MaxTokensPerDoc > maxDocTokens):
 		return nil, nil, rr, unacceptable("max_tokens_per_doc", "must be in [1, %d], got %d", int64(maxDocTokens), *rr.MaxTokensPerDoc)
 	}
-	texts, items, err := itemsOf("documents", rr.Documents)
+	texts, items, err := itemsOf("documents", rr.Documents.docs)
 	if err != nil {
 		return nil, nil, rr, err
 	}
@@ -128,6 +131,64 @@ func itemsOf(field string, docs []document) ([]string, []*relevancev1.Item, erro
 		items[i] = &relevancev1.Item{Text: d.text}
 	}
 	return texts, items, nil
+}
+
+// documentList is a "documents" (or TEI "texts") array, decoded one entry at a time and no
+// further than one entry past limit (0: no limit), which the parser then refuses. Decoded whole,
+// an 8 MiB body of empty strings (2.8 million documents) took ~790 MiB before the core's item
+// limit refused it.
+type documentList struct {
+	docs    []document
+	limit   int
+	present bool // given, and not null
+}
+
+// overLimit reports whether the array held more entries than the limit.
+func (l *documentList) overLimit() bool { return l.limit > 0 && len(l.docs) > l.limit }
+
+// UnmarshalJSON implements json.Unmarshaler. A value that is not an array is a type error that
+// encoding/json names by the field.
+func (l *documentList) UnmarshalJSON(raw []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	t, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch t := t.(type) {
+	case nil:
+		return nil // null: absent
+	case json.Delim:
+		if t != '[' {
+			return &json.UnmarshalTypeError{Value: "object", Type: reflect.TypeFor[[]string]()}
+		}
+	default:
+		return &json.UnmarshalTypeError{Value: jsonValueName(t), Type: reflect.TypeFor[[]string]()}
+	}
+	l.present, l.docs = true, l.docs[:0]
+	for dec.More() {
+		var m json.RawMessage
+		if err := dec.Decode(&m); err != nil {
+			return err
+		}
+		var d document
+		d.text, d.err = documentText(m)
+		if l.docs = append(l.docs, d); l.overLimit() {
+			return nil // refused whole: the rest need not be read (encoding/json has checked the syntax)
+		}
+	}
+	_, err = dec.Token() // the closing bracket
+	return err
+}
+
+// jsonValueName names a JSON token's type as encoding/json's type errors do.
+func jsonValueName(t json.Token) string {
+	switch t.(type) {
+	case string:
+		return "string"
+	case bool:
+		return "bool"
+	}
+	return "number"
 }
 
 // document is one entry of "documents". Its error is kept rather than returned so that the

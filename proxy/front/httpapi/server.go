@@ -25,6 +25,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -39,8 +40,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -99,7 +102,17 @@ type Server struct {
 	// in-flight fan-outs stop instead of outliving the server.
 	baseCtx    context.Context
 	cancelBase context.CancelFunc
+
+	// answering holds the connections with a request in progress (fasthttp's StateActive: read,
+	// handled or being answered), so that a drain that ran out of time can wait for their
+	// answers to be written after it cancels their core calls.
+	answeringMu sync.Mutex
+	answering   map[net.Conn]struct{}
 }
+
+// answerGrace bounds how long a drain that ran out of time waits, once it has cancelled the core
+// calls still running, for their requests to be answered.
+const answerGrace = 2 * time.Second
 
 // route is one served path.
 type route struct {
@@ -165,6 +178,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		WriteTimeout:         cfg.WriteTimeout,
 		IdleTimeout:          cfg.IdleTimeout,
 		CloseOnShutdown:      true,
+		ConnState:            s.connState,
 		NoDefaultContentType: true,
 		// Bodies reach the handler as streams, read there (readBody), so that one over the
 		// limit is read to its end and answered 413 instead of the connection being closed on it.
@@ -187,15 +201,42 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) SetDraining() { s.draining.Store(true) }
 
 // Shutdown marks the server draining, stops accepting, and waits for in-flight requests until
-// ctx is done; then it cancels the core calls still running and returns ctx's error.
+// ctx is done; then it cancels the core calls still running, waits (up to answerGrace) for their
+// requests to be answered — 503 now — and returns ctx's error. Without that wait the caller went
+// on to close the core and exit with handlers still running: their clients got a reset instead
+// of the retryable 503.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.SetDraining()
 	err := s.fs.ShutdownWithContext(ctx)
 	s.cancelBase()
 	if err != nil {
+		for deadline := time.Now().Add(answerGrace); s.inProgress() > 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
 		return fmt.Errorf("http shutdown: %w", err)
 	}
 	return nil
+}
+
+// connState tracks the connections with a request in progress (fasthttp.Server.ConnState).
+func (s *Server) connState(c net.Conn, st fasthttp.ConnState) {
+	s.answeringMu.Lock()
+	defer s.answeringMu.Unlock()
+	if st == fasthttp.StateActive {
+		if s.answering == nil {
+			s.answering = map[net.Conn]struct{}{}
+		}
+		s.answering[c] = struct{}{}
+		return
+	}
+	delete(s.answering, c)
+}
+
+// inProgress is how many connections have a request in progress.
+func (s *Server) inProgress() int {
+	s.answeringMu.Lock()
+	defer s.answeringMu.Unlock()
+	return len(s.answering)
 }
 
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
@@ -286,8 +327,17 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, shape func(front.Failure) an
 	case cl > limit:
 		return s.refuseBody(ctx, shape, stream)
 	case cl >= 0:
-		b = make([]byte, cl)
-		_, err = io.ReadFull(stream, b)
+		// Grown as the bytes arrive, not made at the length the header claims: a client that
+		// sends the headers of an 8 MiB body and stalls would hold 8 MiB per connection until the
+		// read timeout.
+		var buf bytes.Buffer
+		buf.Grow(min(cl, 64<<10))
+		var n int64
+		n, err = io.CopyN(&buf, stream, int64(cl))
+		if err == io.EOF && n < int64(cl) {
+			err = io.ErrUnexpectedEOF
+		}
+		b = buf.Bytes()
 	default: // chunked: one byte past the limit at most
 		b, err = io.ReadAll(io.LimitReader(stream, int64(limit)+1))
 		if err == nil && len(b) > limit {
@@ -348,7 +398,7 @@ func (s *Server) serveRerank(ctx *fasthttp.RequestCtx, rt *route) {
 		s.serveTEI(ctx, rt)
 		return
 	}
-	req, texts, rr, err := parseRerank(ctx.PostBody())
+	req, texts, rr, err := parseRerank(ctx.PostBody(), s.opts.MaxItems)
 	if err != nil {
 		s.writeError(ctx, rt.errShape, failureOf(err))
 		return
@@ -599,6 +649,11 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, shape func(front.Failure) 
 	b, err := json.Marshal(shape(f))
 	if err != nil { // strings always encode; keep a valid body regardless
 		b = []byte(`{"message":"internal error"}`)
+	}
+	// The caller's id is echoed on errors too: those are the replies it most wants to find in
+	// its logs and ours.
+	if id := ctx.Request.Header.Peek(HeaderRequestID); len(id) > 0 && utf8.Valid(id) && len(ctx.Response.Header.Peek(HeaderRequestID)) == 0 {
+		ctx.Response.Header.SetBytesV(HeaderRequestID, id)
 	}
 	if f.RetryAfter > 0 {
 		// Retry-After has whole seconds only; Retry-After-Ms (as OpenAI's and Azure's APIs send

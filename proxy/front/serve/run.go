@@ -149,6 +149,10 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	go func() { errs <- hs.Shutdown(dctx) }()
 	go func() { errs <- gs.Shutdown(dctx) }()
 	drainErr := errors.Join(<-errs, <-errs)
+	// A shutdown that came before the HTTP Serve had registered its listener found none to close
+	// and returned; that Serve would then accept for ever and wg.Wait never return. Closing the
+	// listener here ends it either way (after a normal shutdown it is closed already).
+	_ = hl.Close()
 	wg.Wait()
 	closeCore()
 	if drainErr != nil {

@@ -227,6 +227,13 @@ func (m *Model) Forward(ctx context.Context, groups []*Group, st *Stats) ([][][]
 		st.MoEVariants = map[string]int{}
 	}
 
+	// Every prefix within the positions, whether or not its group has items (one with none still
+	// computes its prefix, and RoPE would read past its table).
+	for g, gr := range groups {
+		if len(gr.Prefix) > m.maxPos {
+			return nil, fmt.Errorf("group %d: a prefix of %d tokens exceeds the model's %d positions", g, len(gr.Prefix), m.maxPos)
+		}
+	}
 	// Lay out rows: every computed prefix first — whole prefixes and templates, then the
 	// extensions of templates grouped by template — then every item, group by group.
 	spans, segs, err := m.layoutPrefixes(groups)

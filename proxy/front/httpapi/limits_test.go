@@ -1,0 +1,126 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+)
+
+// TestDocumentArraysOverTheItemLimitStopDecoding: a rerank or TEI body with more documents than
+// the item limit is refused naming the field, after decoding one entry past the limit rather than
+// all of them: an 8 MiB body of empty strings (2.8 million documents) allocated ~790 MiB before
+// the core's limit refused it. The same documents within the limit still decode, and a field that
+// is not an array is still a type error naming it.
+func TestDocumentArraysOverTheItemLimitStopDecoding(t *testing.T) {
+	n := (8<<20 - 64) / 3
+	many := `[` + strings.Repeat(`"",`, n-1) + `""]`
+	for _, c := range []struct {
+		field string
+		parse func(body []byte, limit int) error
+	}{
+		{"documents", func(b []byte, l int) error { _, _, _, err := parseRerank(b, l); return err }},
+		{"texts", func(b []byte, l int) error { _, _, _, err := parseTEI(b, l); return err }},
+	} {
+		body := []byte(`{"query":"q","` + c.field + `":` + many + `}`)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		err := c.parse(body, 1000)
+		runtime.ReadMemStats(&after)
+		var f *badInput
+		if !errors.As(err, &f) || f.field != c.field || !strings.Contains(f.problem, "limit 1000") {
+			t.Errorf("%d %s: err %v, want one naming %s and its limit", n, c.field, err, c.field)
+		}
+		if mb := (after.TotalAlloc - before.TotalAlloc) >> 20; mb > 32 {
+			t.Errorf("%d %s: %d MiB allocated to refuse an 8 MiB body, want under 32", n, c.field, mb)
+		}
+		if err := c.parse([]byte(`{"query":"q","`+c.field+`":["a",{"text":"b"}]}`), 2); err != nil {
+			t.Errorf("%s within the limit: %v", c.field, err)
+		}
+		err = c.parse([]byte(`{"query":"q","`+c.field+`":"a"}`), 2)
+		if !errors.As(err, &f) || f.field != c.field || !strings.Contains(f.problem, "array") {
+			t.Errorf("%s as a string: %v, want a type error naming it", c.field, err)
+		}
+	}
+}
+
+// TestErrorRepliesEchoTheRequestID: the caller's X-Request-Id comes back on an error reply (a
+// 422 for a bad body, a 429 from the core), not only on a 200, so that a client can find the
+// failures in its logs and ours.
+func TestErrorRepliesEchoTheRequestID(t *testing.T) {
+	core := newFakeCore()
+	e := startServer(t, DefaultConfig(), core, nil)
+	id := map[string]string{HeaderRequestID: "abc-123"}
+	for _, c := range []struct{ path, body string }{
+		{"/v1/rerank", `{"query":"q","documents":[]}`},
+		{"/v2/rerank", `{"query":"q"}`},
+		{"/rerank", `{"query":"q","texts":"a"}`},
+		{"/v1/score", `{"query":"q","items":[]}`},
+	} {
+		r := e.do(t, "POST", c.path, c.body, id)
+		if r.code < 400 || r.header.Get(HeaderRequestID) != "abc-123" {
+			t.Errorf("%s %s: %d with %s %q, want an error with abc-123", c.path, c.body, r.code, HeaderRequestID, r.header.Get(HeaderRequestID))
+		}
+	}
+}
+
+// TestStalledBodyHoldsOnlyWhatArrived: a client that sends the headers of an 8 MiB body and a few
+// bytes of it, then stalls, holds about what it sent, not the length its header claims (20 such
+// connections held 160 MiB when the body was made at its announced length).
+func TestStalledBodyHoldsOnlyWhatArrived(t *testing.T) {
+	e := startServer(t, DefaultConfig(), newFakeCore(), nil)
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 20 {
+		c, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "POST /v1/rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", 8<<20, strings.Repeat(" ", 8<<10))
+	}
+	// Let every connection's handler take its first bytes. (Not a timing assertion: a slower
+	// machine lets the old behaviour pass, never the new one fail.)
+	time.Sleep(500 * time.Millisecond)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapInuse) - int64(before.HeapInuse); grew > 64<<20 {
+		t.Errorf("20 stalled 8 MiB bodies (8 KiB sent each) grew the heap in use by %d MiB, want under 64", grew>>20)
+	}
+}
+
+// TestCorePanicInAScoreQueryIsA500: a vLLM score body of several queries runs them on goroutines
+// of their own; a panic in the core on one of them is answered 500 like a panic on any other
+// route, and the server goes on serving (it used to end the process).
+func TestCorePanicInAScoreQueryIsA500(t *testing.T) {
+	core := newFakeCore()
+	core.fn = func(ctx context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
+		if req.GetQuery() == "boom" {
+			panic("core bug")
+		}
+		return defaultScores(req), nil
+	}
+	e := startServer(t, DefaultConfig(), core, nil)
+	r := e.do(t, "POST", "/score", `{"text_1":["fine","boom"],"text_2":["a","b"]}`, nil)
+	if r.code != 500 {
+		t.Errorf("a core panic on one query: %d %s, want 500", r.code, r.body)
+	}
+	core.fn = nil
+	if r := e.do(t, "POST", "/score", `{"text_1":"q","text_2":["a","b"]}`, nil); r.code != 200 {
+		t.Errorf("after the panic: %d %s, want 200", r.code, r.body)
+	}
+}
