@@ -339,6 +339,14 @@ GLOBL laneMask<>(SB), RODATA|NOPTR, $64
 	VMULPS s, out, out \
 	VMULPS t, out, out
 
+// LANEMASK(n, tmp, mask) loads into mask the lane mask of the first n lanes (0 < n < 8) from
+// laneMask (clobbering n and tmp): for the last n mod 8 values of a row, under VMASKMOVPS.
+#define LANEMASK(n, tmp, mask) \
+	LEAQ laneMask<>+32(SB), tmp \
+	SHLQ $2, n \
+	SUBQ n, tmp \
+	VMOVUPS (tmp), mask
+
 // func expScaleSumAVX2(x *float32, n int, scale, sub float32, sum *[8]float32)
 // x[i] = exp(x[i]·scale - sub) for i < n; *sum = the 8 lane sums of the first n &^ 7 values.
 // The last n mod 8 values are done under a mask (VMASKMOVPS: the lanes past n are neither read
@@ -368,10 +376,7 @@ loop:
 tail:
 	TESTQ BX, BX
 	JZ    done
-	LEAQ  laneMask<>+32(SB), AX
-	SHLQ  $2, BX
-	SUBQ  BX, AX
-	VMOVUPS (AX), Y9
+	LANEMASK(BX, AX, Y9)
 	VMASKMOVPS (SI), Y9, Y0
 	VMULPS Y6, Y0, Y0
 	VSUBPS Y7, Y0, Y0
@@ -401,10 +406,7 @@ loop:
 tail:
 	TESTQ BX, BX
 	JZ    reduce
-	LEAQ  laneMask<>+32(SB), AX
-	SHLQ  $2, BX
-	SUBQ  BX, AX
-	VMOVUPS (AX), Y9
+	LANEMASK(BX, AX, Y9)
 	VMASKMOVPS (SI), Y9, Y1
 	VANDNPS negInf<>(SB), Y9, Y2
 	VORPS Y2, Y1, Y1

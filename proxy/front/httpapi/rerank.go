@@ -162,7 +162,7 @@ func (l *documentList) UnmarshalJSON(raw []byte) error {
 			return &json.UnmarshalTypeError{Value: "object", Type: reflect.TypeFor[[]string]()}
 		}
 	default:
-		return &json.UnmarshalTypeError{Value: jsonValueName(t), Type: reflect.TypeFor[[]string]()}
+		return &json.UnmarshalTypeError{Value: kindOf(t), Type: reflect.TypeFor[[]string]()}
 	}
 	l.present, l.docs = true, l.docs[:0]
 	for dec.More() {
@@ -178,17 +178,6 @@ func (l *documentList) UnmarshalJSON(raw []byte) error {
 	}
 	_, err = dec.Token() // the closing bracket
 	return err
-}
-
-// jsonValueName names a JSON token's type as encoding/json's type errors do.
-func jsonValueName(t json.Token) string {
-	switch t.(type) {
-	case string:
-		return "string"
-	case bool:
-		return "bool"
-	}
-	return "number"
 }
 
 // document is one entry of "documents". Its error is kept rather than returned so that the
