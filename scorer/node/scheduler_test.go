@@ -301,20 +301,26 @@ func submitJobs(t *testing.T, s *scheduler, eng scorer.Engine, ctxs ...context.C
 	t.Helper()
 	var jobs []*job
 	for i, ctx := range ctxs {
-		g, err := eng.Tokenize("", string(rune('a'+i)), []string{"dd"}, scorer.TokenizeOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.admit(); err != nil {
-			t.Fatal(err)
-		}
-		j, err := s.submit(ctx, eng, g, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		jobs = append(jobs, j)
+		jobs = append(jobs, submitJob(t, s, eng, ctx, string(rune('a'+i)), "dd"))
 	}
 	return jobs
+}
+
+// submitJob admits and queues one batch of query and doc under ctx.
+func submitJob(t *testing.T, s *scheduler, eng scorer.Engine, ctx context.Context, query, doc string) *job {
+	t.Helper()
+	g, err := eng.Tokenize("", query, []string{doc}, scorer.TokenizeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.admit(); err != nil {
+		t.Fatal(err)
+	}
+	j, err := s.submit(ctx, eng, g, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
 }
 
 // cachingFake is fakeEngine with a prefix cache: a prefix computed by a pass is not charged
@@ -377,18 +383,7 @@ func TestDeadlineCheckPricesTheBatchWhenItRuns(t *testing.T) {
 	ctxB, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	for _, ctx := range []context.Context{context.Background(), ctxB} {
-		g, err := f.Tokenize("", q, []string{"d"}, scorer.TokenizeOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.admit(); err != nil {
-			t.Fatal(err)
-		}
-		j, err := s.submit(ctx, f, g, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		jobs = append(jobs, j)
+		jobs = append(jobs, submitJob(t, s, f, ctx, q, "d"))
 	}
 	t.Logf("estimates at submit: %.3f s, %.3f s", jobs[0].est, jobs[1].est)
 	s.start(f, nil)
