@@ -91,6 +91,14 @@ type Loader interface {
 	LoadGauge(ctx context.Context) (waiting, running float64, ok bool)
 }
 
+// HealthWaiter is implemented by kinds whose health endpoint waits behind the batch the server is
+// running (TEI's /health goes down the same backend queue as the batches): the proxy gives such
+// a probe HealthTimeout instead of its one-second default, so that a server busy with a long
+// batch is not taken for a dead one.
+type HealthWaiter interface {
+	HealthTimeout() time.Duration
+}
+
 // Limits bound one request to a server.
 type Limits struct {
 	// MaxItems is the most documents one request may carry (0: no limit).
@@ -180,12 +188,13 @@ func BaseURL(addr string) (*url.URL, error) {
 	return u, nil
 }
 
-// Node is the name errors and replies give a node: "<kind>@<host:port>" (the Addr's host for
-// URLs, the Addr itself for gRPC targets).
+// Node is the name errors and replies give a node, and the key the cluster knows it by:
+// "<kind>@<host:port>" (the Addr itself for gRPC targets), with a URL's path prefix after it
+// ("vllm@gw:8080/gpu-1"), so that two servers behind one gateway stay two nodes.
 func (s Spec) Node() string {
 	if s.Kind != KindScorer {
 		if u, err := BaseURL(s.Addr); err == nil {
-			return s.Kind + "@" + u.Host
+			return s.Kind + "@" + u.Host + strings.TrimSuffix(u.Path, "/")
 		}
 	}
 	return s.Kind + "@" + s.Addr

@@ -40,10 +40,14 @@ func TestSpecValidate(t *testing.T) {
 	}
 }
 
+// TestSpecNode: a node's name is its kind and address, with a URL's path prefix, so that two
+// servers behind one gateway (gw:8080/gpu-1, gw:8080/gpu-2) are two nodes, not one.
 func TestSpecNode(t *testing.T) {
 	for spec, want := range map[backend.Spec]string{
 		{Kind: "tei", Addr: "127.0.0.1:8081"}:          "tei@127.0.0.1:8081",
-		{Kind: "vllm", Addr: "https://gpu-3:8000/v1"}:  "vllm@gpu-3:8000",
+		{Kind: "vllm", Addr: "https://gpu-3:8000/v1"}:  "vllm@gpu-3:8000/v1",
+		{Kind: "vllm", Addr: "http://gw:8080/gpu-1/"}:  "vllm@gw:8080/gpu-1",
+		{Kind: "vllm", Addr: "http://gw:8080/gpu-2"}:   "vllm@gw:8080/gpu-2",
 		{Kind: "scorer", Addr: "dns:///scorer-0:9000"}: "scorer@dns:///scorer-0:9000",
 	} {
 		if got := spec.Node(); got != want {

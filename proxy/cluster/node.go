@@ -567,8 +567,12 @@ func (n *Node) pollBackend(ctx context.Context, changed func()) {
 	t := time.NewTicker(pollEvery)
 	defer t.Stop()
 	loader, _ := n.be.(backend.Loader)
+	probe := time.Second
+	if w, ok := n.be.(backend.HealthWaiter); ok {
+		probe = max(probe, w.HealthTimeout())
+	}
 	for {
-		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		hctx, cancel := context.WithTimeout(ctx, probe)
 		ok := n.be.Healthy(hctx)
 		if ok && loader != nil {
 			if waiting, running, has := loader.LoadGauge(hctx); has {

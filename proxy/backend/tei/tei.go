@@ -32,6 +32,7 @@ package tei
 
 import (
 	"context"
+	"time"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/backend"
@@ -47,15 +48,17 @@ const (
 // Backend is one TEI server, built by New (the zero value is not usable). It is safe for
 // concurrent use.
 type Backend struct {
-	c      *wire.Client
-	tmpl   string
-	limits backend.Limits
-	model  string
+	c       *wire.Client
+	tmpl    string
+	limits  backend.Limits
+	model   string
+	timeout time.Duration // one call's cap (Spec.TimeoutOr)
 }
 
 var (
-	_ backend.Backend = (*Backend)(nil)
-	_ backend.Loader  = (*Backend)(nil)
+	_ backend.Backend      = (*Backend)(nil)
+	_ backend.Loader       = (*Backend)(nil)
+	_ backend.HealthWaiter = (*Backend)(nil)
 )
 
 // New connects to the TEI server spec names (spec.Kind "" or "tei").
@@ -65,10 +68,11 @@ func New(spec backend.Spec) (*Backend, error) {
 		return nil, err
 	}
 	return &Backend{
-		c:      c,
-		tmpl:   spec.TemplateOr(DefaultTemplate),
-		limits: spec.LimitsOr(backend.Limits{MaxItems: DefaultMaxItems}),
-		model:  spec.Model,
+		c:       c,
+		tmpl:    spec.TemplateOr(DefaultTemplate),
+		limits:  spec.LimitsOr(backend.Limits{MaxItems: DefaultMaxItems}),
+		model:   spec.Model,
+		timeout: spec.TimeoutOr(),
 	}, nil
 }
 
@@ -94,6 +98,11 @@ func (b *Backend) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchReq
 
 // Healthy implements backend.Backend: GET /health answers 200.
 func (b *Backend) Healthy(ctx context.Context) bool { return b.c.Healthy(ctx, "/health") }
+
+// HealthTimeout implements backend.HealthWaiter: TEI answers /health through its backend queue,
+// after the batch it is running (Backend::health in backends/src/lib.rs), so a probe may wait as
+// long as a call.
+func (b *Backend) HealthTimeout() time.Duration { return b.timeout }
 
 // LoadGauge implements backend.Loader: te_queue_size and te_batch_current_size, in pairs.
 func (b *Backend) LoadGauge(ctx context.Context) (waiting, running float64, ok bool) {

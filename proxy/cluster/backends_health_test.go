@@ -1,0 +1,86 @@
+package cluster
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/proxy/backend"
+)
+
+// TestServersBehindOneGatewayAreTwoNodes: two vLLM servers behind one gateway, told apart by
+// their path prefix (backend.Spec.Addr: "a base URL with an optional path prefix"), are two
+// nodes; keyed by host and port alone, the second silently replaced the first.
+func TestServersBehindOneGatewayAreTwoNodes(t *testing.T) {
+	c := New(Config{Backends: []backend.Spec{
+		{Kind: backend.KindVLLM, Addr: "http://gw.example:8080/gpu-1"},
+		{Kind: backend.KindVLLM, Addr: "http://gw.example:8080/gpu-2"},
+	}, Prior: testPrior, Forgetting: 0.99, Breaker: BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}}, nil)
+	defer c.Close()
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(c.Snapshot()); n != 2 {
+		t.Fatalf("%d nodes for 2 configured servers", n)
+	}
+}
+
+// TestBusyTEIStaysHealthy: TEI's /health goes down the same queue as the batches
+// (backends/src/lib.rs, Backend::health), so while a batch runs the health answer waits for it.
+// A 2 s batch (CPU, or a large reranker) does not make the proxy drop the node: its probe waits
+// as long as a call may (backend.HealthWaiter), not one second.
+func TestBusyTEIStaysHealthy(t *testing.T) {
+	var backendMu sync.Mutex // TEI's single backend thread
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+			backendMu.Lock()
+			backendMu.Unlock()
+			w.WriteHeader(200)
+		case "/rerank":
+			backendMu.Lock()
+			time.Sleep(2000 * time.Millisecond)
+			backendMu.Unlock()
+			w.Write([]byte(`[{"index":0,"score":1.0}]`))
+		}
+	}))
+	defer srv.Close()
+	c := New(Config{Backends: []backend.Spec{{Kind: backend.KindTEI, Addr: srv.URL}}, Prior: testPrior, Forgetting: 0.99,
+		Breaker: BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}}, nil)
+	defer c.Close()
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n := c.Snapshot()[0]
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.ScoreBatch(context.Background(), &relevancev1.ScoreBatchRequest{Query: "q", Items: []*relevancev1.Item{{Text: "d"}}})
+		done <- err
+	}()
+	lost := false
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lost {
+				t.Fatalf("TEI node marked unhealthy while it was busy with one 2 s batch (it answered the batch fine)")
+			}
+			return
+		case <-time.After(10 * time.Millisecond):
+			if !n.Healthy() {
+				lost = true
+			}
+		}
+	}
+}
