@@ -22,8 +22,12 @@
 //   - codes.Internal: a reply in the wrong shape; the message names the field, e.g.
 //     "node tei@127.0.0.1:8081: results[3].index 7 out of range for 4 documents".
 //
-// No kind asks its server to truncate: an item too long for the server fails the batch with
-// FailedPrecondition, and cutting documents to fit is the planner's job.
+// No kind asks its server to truncate (a server cuts the pair's end, which with the proxy's
+// template is the template's tail). Every HTTP kind cuts documents itself, as a scorer node does
+// (wire.Client.Rerank): at the document's end, to the server's max_item_tokens a pair and the
+// request's max_tokens_per_item, answering TRUNCATED, or TOO_LONG under TRUNCATION_NONE. An
+// item too long for a server whose limit is not configured fails the batch with
+// FailedPrecondition.
 //
 // Implementations must be safe for concurrent use.
 package backend

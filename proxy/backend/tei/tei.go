@@ -25,8 +25,10 @@
 // they are, for a classic cross-encoder (BGE and the like), and refuses custom instructions.
 //
 // Limits: MaxItems defaults to 32, TEI's --max-client-batch-size default; a larger batch is
-// refused before it is sent, as TEI would with 413. MaxItemTokens defaults to none (set it to the
-// server's --max-input-length). The adapter sends truncate=false: an over-long pair is TEI's 413,
+// refused before it is sent, as TEI would with 413. MaxItemTokens defaults to none: set it to the
+// server's --max-input-length, and the proxy cuts documents to fit (TRUNCATED; TOO_LONG under
+// TRUNCATION_NONE) before sending. The adapter sends truncate=false (TEI would cut the pair's end,
+// the proxy template's tail): without max_item_tokens an over-long pair is TEI's 413,
 // FailedPrecondition here.
 package tei
 

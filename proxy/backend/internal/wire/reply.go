@@ -220,9 +220,27 @@ type Exchange struct {
 	ReplyModel bool
 }
 
-// Rerank scores req's items with one call of x under limits: pairs formed, the body posted, the
-// reply's entries read back in item order, with the reply's usage (when it has any).
+// Rerank scores req's items with one call of x under limits: documents cut to the server's
+// limits (fit), pairs formed, the body posted, the reply's entries read back in item order, with
+// the reply's usage (when it has any).
 func (c *Client) Rerank(ctx context.Context, req *relevancev1.ScoreBatchRequest, limits backend.Limits, x Exchange) (*relevancev1.ScoreBatchResponse, error) {
+	f, err := fit(c.Node(), req, limits)
+	switch {
+	case err != nil:
+		return nil, err
+	case f == nil:
+		return c.rerank(ctx, req, limits, x)
+	}
+	resp, err := c.rerank(ctx, f.send, limits, x)
+	if err != nil {
+		return nil, err
+	}
+	resp.Scores = f.scores(req, resp.GetScores())
+	return resp, nil
+}
+
+// rerank is Rerank once the documents fit.
+func (c *Client) rerank(ctx context.Context, req *relevancev1.ScoreBatchRequest, limits backend.Limits, x Exchange) (*relevancev1.ScoreBatchResponse, error) {
 	node, n := c.Node(), len(req.GetItems())
 	if n == 0 {
 		return Response(node, x.Model, 0, nil), nil
