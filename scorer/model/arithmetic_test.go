@@ -28,8 +28,10 @@ import (
 // AMX) has no entry until a session on such a machine records it from the test's log. The
 // pure-Go and AVX2 entries of the current version must be there.
 var arithmeticDigests = map[string]string{
-	"2026-11-28/amd64/generic/auto": "362b63190ebf2ed0d5d17116aedc5991",
-	"2026-11-28/amd64/avx2/auto":    "972e515465b66c80e5b5fe4bfa0fe8e8",
+	"2026-11-28/amd64/generic/auto":    "362b63190ebf2ed0d5d17116aedc5991",
+	"2026-11-28/amd64/avx2/auto":       "972e515465b66c80e5b5fe4bfa0fe8e8",
+	"2026-11-28/amd64/avx512/auto":     "13ce5aa4f62e76f71b1e34832e9d26bd", // recorded on an Intel Xeon with AMX (the device host)
+	"2026-11-28/amd64/avx512-amx/auto": "6cb412e1f1709efc8c19439b7907c635",
 }
 
 // arithmeticKey names what the bits depend on besides the inputs: the arithmetic version, the
