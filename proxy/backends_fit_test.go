@@ -82,3 +82,42 @@ func TestDocumentsAreCutToAServersLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchesNothingWasSentForTeachNothing: a batch whose every document is too long to send
+// (TOO_LONG under TRUNCATION_NONE) is answered without a call to the server; its few
+// microseconds do not reach the node's cost model (priced at the batch's whole work, five such
+// batches made a llama.cpp node look ~500× faster than it is).
+func TestBatchesNothingWasSentForTeachNothing(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+			_, _ = w.Write([]byte(`{"status":"ok"}`))
+		case "/v1/rerank":
+			calls.Add(1)
+			w.WriteHeader(500)
+		default:
+			w.WriteHeader(404)
+		}
+	}))
+	defer srv.Close()
+	cfg := testConfig(nil)
+	cfg.Nodes.Backends = []backend.Spec{{Kind: backend.KindLlamaCpp, Addr: srv.URL}} // default max_item_tokens 512
+	p, _ := startProxy(t, cfg)
+	n := p.cluster.Snapshot()[0]
+	before := n.Samples()
+	items := []*relevancev1.Item{{Id: "a", Text: strings.Repeat("word ", 2000)}, {Id: "b", Text: strings.Repeat("other ", 2000)}}
+	for range 5 {
+		resp, err := p.Score(context.Background(), &relevancev1.ScoreRequest{Query: "q", Items: items,
+			Options: &relevancev1.ScoreOptions{Truncation: relevancev1.Truncation_TRUNCATION_NONE, AllowPartial: true}})
+		if err != nil || resp.GetScores()[0].GetStatus() != relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG {
+			t.Fatalf("two documents over the server's limit under TRUNCATION_NONE: %v, %v; want both TOO_LONG", resp.GetScores(), err)
+		}
+	}
+	if calls.Load() != 0 {
+		t.Fatalf("%d calls to the server for documents none of which fits it", calls.Load())
+	}
+	if got := n.Samples(); got != before {
+		t.Errorf("cost model learned %d samples from batches the server never ran (coeffs now %+v)", got-before, n.Coeffs())
+	}
+}

@@ -44,7 +44,7 @@ func TestNodeLoadIsRemainingWork(t *testing.T) {
 	n.Settle(at(0.6), 0.2)
 	near("all settled", n.inflight.Load(), 0)
 	// An unsent lease gives its charge back.
-	n.Uncharge(0.3, n.Charge(at(0.6), 0.3))
+	n.Uncharge(n.Charge(at(0.6), 0.3))
 	near("uncharged (the foreign 0.3 s less 0.1 s drained)", n.Load(at(0.6)), 0.2)
 }
 
@@ -59,7 +59,7 @@ func TestUnsentLeaseOnALateNodeLeavesItsLoad(t *testing.T) {
 	at := func(d float64) time.Time { return t0.Add(time.Duration(d * float64(time.Second))) }
 	n.Charge(t0, 0.1) // due at 0.1 s and still out at 0.5 s: late by 0.4 s
 	before, ahead := n.Load(at(0.7)), n.Ahead(at(0.7))
-	n.Uncharge(0.2, n.Charge(at(0.5), 0.2))
+	n.Uncharge(n.Charge(at(0.5), 0.2))
 	if got := n.Load(at(0.7)); math.Abs(got-before) > 1e-9 {
 		t.Errorf("load at 0.7 s %.3f after a lease was placed and given back, want %.3f as before", got, before)
 	}
@@ -68,9 +68,27 @@ func TestUnsentLeaseOnALateNodeLeavesItsLoad(t *testing.T) {
 	}
 	// Idle, the same: the finish goes back to where it was.
 	idle := &Node{learn: costmodel.NewLearner(testPrior, 0.99)}
-	idle.Uncharge(0.3, idle.Charge(at(0.5), 0.3))
+	idle.Uncharge(idle.Charge(at(0.5), 0.3))
 	if got := idle.Load(at(0.6)); got != 0 {
 		t.Errorf("an idle node's load %.3f after a lease was given back, want 0", got)
+	}
+}
+
+// TestUnsentLeaseAfterASettleLeavesTheSettledLoad: a lease placed on a late node and given back
+// after another of the node's batches was answered: the answer rebuilt the projected finish from
+// the work still out, so giving the lease back takes its cost off and not the lateness its
+// charge counted (taken off that rebuilt finish, the node looked late by twice that lateness).
+func TestUnsentLeaseAfterASettleLeavesTheSettledLoad(t *testing.T) {
+	n := &Node{learn: costmodel.NewLearner(testPrior, 0.99)}
+	t0 := time.Now()
+	at := func(d float64) time.Time { return t0.Add(time.Duration(d * float64(time.Second))) }
+	n.Charge(t0, 0.1) // batch A, due at 0.1 s
+	n.Charge(t0, 0.5) // batch B, due at 0.6 s; both still out at 2.0 s: late by 1.4 s
+	lease := n.Charge(at(2.0), 0.2)
+	n.Settle(at(2.0), 0.1) // A answers
+	n.Uncharge(lease)      // the lease's plan is refused
+	if got := n.Load(at(2.0)); math.Abs(got-0.5) > 1e-9 {
+		t.Errorf("load %.3f s just after A's answer and the lease given back, want B's 0.5", got)
 	}
 }
 

@@ -45,6 +45,7 @@ type Node struct {
 	inflight atomicFloat  // estimated seconds of this proxy's batches on the node
 	finish   atomicFloat  // projected time (clock seconds) the node is done with them
 	chargeMu sync.Mutex   // orders charge, uncharge and settle; readers use the atomics
+	settles  uint64       // Settle calls so far (under chargeMu): an Uncharge after one takes back less
 	calls    atomic.Int64 // this proxy's calls in flight (for draining on removal)
 	ext      atomic.Pointer[extLoad]
 	coeffs   atomic.Pointer[costmodel.Coeffs]
@@ -202,10 +203,11 @@ func clock(t time.Time) float64 { return t.Sub(clockEpoch).Seconds() }
 // the new batch alone, less than just before it was picked. (On the fault suite's slow node this
 // alone moved nothing measurable: it keeps the two views of a late node consistent.)
 //
-// It returns how far it moved the projected finish: predicted, plus the lateness it began to
-// count (or the idle gap it skipped). Uncharge takes back exactly that.
-func (n *Node) Charge(now time.Time, predicted float64) (moved float64) {
+// It returns the charge, for Uncharge: how far it moved the projected finish (predicted, plus the
+// lateness it began to count, or the idle gap it skipped).
+func (n *Node) Charge(now time.Time, predicted float64) Charge {
 	n.chargeMu.Lock()
+	defer n.chargeMu.Unlock()
 	c, f := clock(now), n.finish.Load()
 	base := math.Max(f, c)
 	if f < c && n.inflight.Load() > 0 {
@@ -213,20 +215,31 @@ func (n *Node) Charge(now time.Time, predicted float64) (moved float64) {
 	}
 	n.inflight.Add(predicted)
 	n.finish.Store(base + predicted)
-	n.chargeMu.Unlock()
-	return base + predicted - f
+	return Charge{predicted: predicted, moved: base + predicted - f, settles: n.settles}
 }
 
-// Uncharge takes back a charge whose batch was never sent: predicted from the work in flight,
-// and moved (what Charge returned) from the projected finish. Taking back predicted alone left
-// a late node's lateness counted twice in its finish, which then lay in the future: the node
-// looked as if draining (its load falling, its batches "within schedule") each time a plan
-// placed on it was refused.
-func (n *Node) Uncharge(predicted, moved float64) {
+// Charge is one batch's charge to a node's load (Node.Charge), kept to be taken back.
+type Charge struct {
+	predicted, moved float64
+	settles          uint64 // the node's Settle count when charged
+}
+
+// Uncharge takes back a charge whose batch was never sent: its predicted cost from the work in
+// flight, and from the projected finish what the charge moved it by. Taking back predicted
+// alone left a late node's lateness counted twice in its finish, which then lay in the future:
+// the node looked as if draining (its load falling, its batches "within schedule") each time a
+// plan placed on it was refused. When another batch settled since the charge, Settle has
+// rebuilt the finish from the work in flight, this charge's cost included and its lateness not:
+// then the cost alone comes off.
+func (n *Node) Uncharge(c Charge) {
 	n.chargeMu.Lock()
-	n.inflight.Add(-predicted)
-	n.finish.Store(n.finish.Load() - moved)
-	n.chargeMu.Unlock()
+	defer n.chargeMu.Unlock()
+	n.inflight.Add(-c.predicted)
+	back := c.moved
+	if n.settles != c.settles {
+		back = c.predicted
+	}
+	n.finish.Store(n.finish.Load() - back)
 }
 
 // Settle releases a batch whose call has returned (answered, failed or cancelled) and
@@ -235,6 +248,7 @@ func (n *Node) Uncharge(predicted, moved float64) {
 // noise does not accumulate in its projection and every reply corrects it.
 func (n *Node) Settle(now time.Time, predicted float64) {
 	n.chargeMu.Lock()
+	n.settles++
 	n.inflight.Add(-predicted)
 	n.finish.Store(clock(now) + math.Max(0, n.inflight.Load()))
 	n.chargeMu.Unlock()
@@ -262,8 +276,8 @@ func scale(c, ref costmodel.Coeffs) float64 {
 // MaxPromptTokens is the node's prompt limit in tokens, as its last reply reported it: an item
 // is cut, or refused, to fit it. Before its first reply a scorer node is assumed at the
 // scorer's default (prompt.DefaultMaxTokens), so that the first request with a long document
-// is not priced at the document's whole length; another kind of server reports none (0:
-// unknown).
+// is not priced at the document's whole length; another kind of server is at its configured
+// max_item_tokens, to which the proxy cuts documents before sending (0: unknown).
 func (n *Node) MaxPromptTokens() int {
 	if m := n.maxPrompt.Load(); m > 0 {
 		return int(m)
@@ -271,7 +285,7 @@ func (n *Node) MaxPromptTokens() int {
 	if n.client != nil {
 		return prompt.DefaultMaxTokens
 	}
-	return 0
+	return n.limits.MaxItemTokens
 }
 
 // Observe learns from a successful reply.

@@ -658,13 +658,18 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, mk 
 	if err != nil || judged <= 0 {
 		judged = el
 	}
-	d.outlier(ctx, l, err, judged, mk, now, t0)
+	d.outlier(ctx, l, err, err == nil && computed(resp), judged, mk, now, t0)
 	if lg := d.cfg.Log; lg != nil && lg.Enabled(ctx, slog.LevelDebug) {
 		lg.LogAttrs(ctx, slog.LevelDebug, "batch call ended", slog.String("request", b.Req.GetRequestId()), slog.Int("batch", b.Index),
 			slog.String("node", n.Addr()), slog.Int("items", items), slog.Float64("ahead_s", l.Start), slog.Float64("predicted_s", l.Predicted),
 			slog.Float64("projected_s", l.Finish), slog.Float64("elapsed_s", el.Seconds()), slog.Bool("slow", mk.slow.Load()), slog.Bool("lost", mk.lost.Load()), slog.Any("err", err))
 	}
 	switch {
+	case err == nil && !computed(resp):
+		// Every item too long to send (TOO_LONG): the node computed nothing, and the call's
+		// few microseconds priced at the batch's whole work would teach its cost model that it
+		// is hundreds of times faster than it is.
+		n.Succeeded()
 	case err == nil:
 		n.Succeeded()
 		n.Observe(resp, now)
@@ -697,14 +702,24 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, mk 
 	return resp, err
 }
 
+// computed reports whether the node scored any item of its reply (OK or cut to fit).
+func computed(resp *relevancev1.ScoreBatchResponse) bool {
+	for _, s := range resp.GetScores() {
+		if st := s.GetStatus(); st == relevancev1.ItemStatus_ITEM_STATUS_OK || st == relevancev1.ItemStatus_ITEM_STATUS_TRUNCATED {
+			return true
+		}
+	}
+	return false
+}
+
 // outlier reports a call's outcome to outlier detection: OK when it was answered and not counted
 // slow; slow when the node itself refused the batch for its deadline (its own estimate says it
 // cannot do what the plan projected) or the request's deadline passed with the call running
 // beyond its projected finish. Cancellations and other failures are the breaker's.
-func (d *Dispatcher) outlier(ctx context.Context, l *plan.Lease, err error, el time.Duration, mk *callMarks, now, start time.Time) {
+func (d *Dispatcher) outlier(ctx context.Context, l *plan.Lease, err error, scored bool, el time.Duration, mk *callMarks, now, start time.Time) {
 	switch {
 	case err == nil:
-		if !mk.slow.Load() {
+		if !mk.slow.Load() && scored { // a reply that computed nothing says nothing of the node's speed
 			d.cluster.ReportOK(l.Node, start, now, ratio(el, l.Finish))
 		}
 	case status.Code(err) == codes.DeadlineExceeded && (ctx.Err() == nil || el.Seconds() > l.Finish+d.cfg.SlowMin.Seconds()):

@@ -182,7 +182,7 @@ func TestRefusedBatchFeedsTheDeadlineToAccuracy(t *testing.T) {
 	refused := status.Error(codes.DeadlineExceeded, "batch cannot finish before its deadline: estimated 0.074s of compute, 0.074s left")
 	l := &plan.Lease{Finish: 0.45, Samples: 10}
 	for range 16 {
-		d.outlier(ctx, l, refused, 427*time.Millisecond, &callMarks{}, start.Add(427*time.Millisecond), start)
+		d.outlier(ctx, l, refused, false, 427*time.Millisecond, &callMarks{}, start.Add(427*time.Millisecond), start)
 	}
 	q, n := d.acc.Quantile(0.5)
 	if n != 16 || q < 0.5/0.45-1e-3 {

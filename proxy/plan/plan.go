@@ -61,14 +61,14 @@ type Lease struct {
 	// Samples is how many replies the node's cost model had learned from at placement: how far
 	// the projection could be trusted.
 	Samples int64
-	// charged is how far placing it moved the node's projected finish (Release gives it back).
-	charged float64
+	// charged is its charge to the node's load (Release gives it back).
+	charged cluster.Charge
 }
 
 // Release gives back a lease whose call will not be made: its charge, its call count and its
 // breaker permit (uncounted).
 func (l *Lease) Release() {
-	l.Node.Uncharge(l.Predicted, l.charged)
+	l.Node.Uncharge(l.charged)
 	if l.Done != nil {
 		l.Done(cluster.ErrExcluded)
 	}

@@ -35,9 +35,15 @@ func forwardBounded(ctx context.Context, m *qwen.Model, groups []*qwen.Group, ma
 	if maxRows <= 0 || rows <= maxRows || items <= 1 {
 		return m.Forward(ctx, groups, st)
 	}
-	// The prompts' lengths are checked here, as one pass checks them before computing anything:
+	// The prompts' lengths are checked here, as one pass checks them (prefixes, then items)
+	// before computing anything:
 	// found in a later pass, a too-long item would waste the first, and its error would name
 	// the group by its place in that pass.
+	for g, gr := range groups {
+		if len(gr.Prefix) > m.MaxPositions() {
+			return nil, fmt.Errorf("group %d: a prefix of %d tokens exceeds the model's %d positions", g, len(gr.Prefix), m.MaxPositions())
+		}
+	}
 	for g, gr := range groups {
 		for i, it := range gr.Items {
 			if n := len(gr.Prefix) + len(it); n > m.MaxPositions() {

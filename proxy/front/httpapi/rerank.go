@@ -154,14 +154,10 @@ func (l *documentList) UnmarshalJSON(raw []byte) error {
 	if err != nil {
 		return err
 	}
-	switch t := t.(type) {
-	case nil:
+	if t == nil {
 		return nil // null: absent
-	case json.Delim:
-		if t != '[' {
-			return &json.UnmarshalTypeError{Value: "object", Type: reflect.TypeFor[[]string]()}
-		}
-	default:
+	}
+	if d, ok := t.(json.Delim); !ok || d != '[' {
 		return &json.UnmarshalTypeError{Value: kindOf(t), Type: reflect.TypeFor[[]string]()}
 	}
 	l.present, l.docs = true, l.docs[:0]

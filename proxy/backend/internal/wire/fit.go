@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
@@ -17,11 +18,14 @@ import (
 
 // fitting is a batch cut to what its server takes (see fit).
 type fitting struct {
-	send  *relevancev1.ScoreBatchRequest // the items sent, their documents cut
-	sent  []int                          // per item of the batch: its index in send, -1 when not sent
-	cut   []int                          // per item of the batch: document tokens cut off
-	limit int                            // the pair limit applied (0: none)
+	send    *relevancev1.ScoreBatchRequest // the items sent, their documents cut
+	sent    []int                          // per item of the batch: its index in send, -1 when not sent
+	cut     []int                          // per item of the batch: document tokens cut off
+	tooLong string                         // why an item was not sent
 }
+
+// counter counts prompts as a scorer node tokenizes them (loaded on first use).
+var counter = sync.OnceValues(func() (*prompt.Counter, error) { return prompt.NewCounter(prompt.CountExact) })
 
 // fit cuts req's documents to what the server takes, as a scorer node cuts its own: at the
 // document's end, the template's tail kept whole, to limits.MaxItemTokens prompt tokens a pair
@@ -39,24 +43,35 @@ func fit(node string, req *relevancev1.ScoreBatchRequest, limits backend.Limits)
 	if err != nil {
 		return nil, Errorf(node, codes.Internal, "tokenizer: %v", err)
 	}
-	budget := math.MaxInt
+	c, err := counter()
+	if err != nil {
+		return nil, Errorf(node, codes.Internal, "%v", err)
+	}
+	budget, why := math.MaxInt, ""
 	if limits.MaxItemTokens > 0 {
-		around := len(tok.Encode(prompt.HeadText)) + len(tok.EncodePlain(prompt.BodyPrefix(req.GetInstruction(), req.GetQuery()))) +
-			len(tok.Encode(prompt.TailText))
+		// The proxy's Qwen3 template around the document, also for a server that renders its
+		// own (template: server): a conservative bound there.
+		around := c.Prefix(req.GetInstruction(), req.GetQuery()) + c.Tail()
 		if budget = limits.MaxItemTokens - around; budget <= 0 {
 			return nil, Errorf(node, codes.InvalidArgument, "the query, instruction and template take %d tokens, over the server's limit of %d a pair (max_item_tokens)", around, limits.MaxItemTokens)
 		}
+		why = fmt.Sprintf("prompt longer than the server's limit of %d tokens (max_item_tokens) and truncation is NONE", limits.MaxItemTokens)
 	}
-	if perItem > 0 {
-		budget = min(budget, perItem)
+	if perItem > 0 && perItem < budget {
+		budget, why = perItem, fmt.Sprintf("document longer than max_tokens_per_item (%d) and truncation is NONE", perItem)
 	}
 	none := req.GetOptions().GetTruncation() == relevancev1.Truncation_TRUNCATION_NONE
 	n := len(req.GetItems())
-	f := &fitting{sent: make([]int, n), cut: make([]int, n), limit: limits.MaxItemTokens}
+	f := &fitting{sent: make([]int, n), cut: make([]int, n), tooLong: why}
 	items := make([]*relevancev1.Item, 0, n)
 	changed := false
 	for i, it := range req.GetItems() {
-		toks := tok.EncodePlain(" " + it.GetText())
+		var toks []int32
+		// A token is at least one byte: a document of no more bytes than the budget fits
+		// without being encoded (most of them, at a server limit of hundreds of tokens).
+		if len(it.GetText())+1 > budget {
+			toks = tok.EncodePlain(" " + it.GetText())
+		}
 		if len(toks) <= budget {
 			f.sent[i] = len(items)
 			items = append(items, it)
@@ -97,30 +112,32 @@ func cutText(tok *tokenizer.Tokenizer, toks []int32, budget int) (string, int) {
 	return "", 0
 }
 
-// scores are the batch's scores, in its item order, from the scores of the items sent: a cut
-// document marked TRUNCATED with the tokens cut, one not sent TOO_LONG.
-func (f *fitting) scores(req *relevancev1.ScoreBatchRequest, sent []*relevancev1.ItemScore) []*relevancev1.ItemScore {
+// reply makes resp, the reply to the items sent, the batch's: scores in its item order, a cut
+// document marked TRUNCATED with the tokens cut (and counted in the usage, as a scorer node
+// counts them), one not sent TOO_LONG.
+func (f *fitting) reply(req *relevancev1.ScoreBatchRequest, resp *relevancev1.ScoreBatchResponse) {
+	sent := resp.GetScores()
 	out := make([]*relevancev1.ItemScore, len(req.GetItems()))
+	var truncated uint64
 	for i, it := range req.GetItems() {
 		j := f.sent[i]
 		if j < 0 {
-			out[i] = &relevancev1.ItemScore{Index: uint32(i), Id: it.GetId(), Status: relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG,
-				Error: f.tooLong()}
+			out[i] = &relevancev1.ItemScore{Index: uint32(i), Id: it.GetId(), Status: relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG, Error: f.tooLong}
 			continue
 		}
 		s := sent[j]
 		s.Index, s.Id = uint32(i), it.GetId()
 		if f.cut[i] > 0 {
 			s.Status, s.TruncatedTokens = relevancev1.ItemStatus_ITEM_STATUS_TRUNCATED, uint32(f.cut[i])
+			truncated += uint64(f.cut[i])
 		}
 		out[i] = s
 	}
-	return out
-}
-
-func (f *fitting) tooLong() string {
-	if f.limit > 0 {
-		return fmt.Sprintf("prompt longer than the server's limit of %d tokens (max_item_tokens) and truncation is NONE", f.limit)
+	resp.Scores = out
+	if truncated > 0 {
+		if resp.Usage == nil {
+			resp.Usage = &relevancev1.Usage{}
+		}
+		resp.Usage.TokensTruncated += truncated
 	}
-	return "document longer than max_tokens_per_item and truncation is NONE"
 }

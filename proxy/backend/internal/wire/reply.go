@@ -235,7 +235,7 @@ func (c *Client) Rerank(ctx context.Context, req *relevancev1.ScoreBatchRequest,
 	if err != nil {
 		return nil, err
 	}
-	resp.Scores = f.scores(req, resp.GetScores())
+	f.reply(req, resp)
 	return resp, nil
 }
 
