@@ -262,7 +262,7 @@ type vllmUsage struct {
 }
 
 // stringOrList decodes a JSON string or list of strings.
-func stringOrList(field string, raw json.RawMessage) ([]string, error) {
+func stringOrList(field string, raw json.RawMessage, limit int) ([]string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil, unacceptable(field, "is required")
@@ -277,13 +277,21 @@ func stringOrList(field string, raw json.RawMessage) ([]string, error) {
 	if raw[0] != '[' {
 		return nil, malformed(field, "must be a string or a list of strings, got %s", jsonKind(raw[0]))
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(raw, &elems); err != nil {
+	// One element at a time, and no further than one past limit (≤ 0: none): decoded whole, 8 MiB
+	// of empty strings took ~840 MiB before the pair limit refused them.
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil {
 		return nil, malformed(field, "must be a string or a list of strings")
 	}
-	out := make([]string, len(elems))
-	for i, e := range elems {
-		e = bytes.TrimSpace(e)
+	var out []string
+	for i := 0; dec.More(); i++ {
+		if limit > 0 && i == limit {
+			return nil, unacceptable(field, "more than %d texts, limit %d", limit, limit)
+		}
+		var e json.RawMessage
+		if err := dec.Decode(&e); err != nil {
+			return nil, malformed(field, "must be a string or a list of strings")
+		}
 		if len(e) == 0 || e[0] != '"' {
 			k := "nothing"
 			if len(e) > 0 {
@@ -291,9 +299,11 @@ func stringOrList(field string, raw json.RawMessage) ([]string, error) {
 			}
 			return nil, malformed(fmt.Sprintf("%s[%d]", field, i), "must be a string, got %s", k)
 		}
-		if err := json.Unmarshal(e, &out[i]); err != nil {
+		var s string
+		if err := json.Unmarshal(e, &s); err != nil {
 			return nil, malformed(fmt.Sprintf("%s[%d]", field, i), "invalid string: %v", err)
 		}
+		out = append(out, s)
 	}
 	return out, nil
 }
@@ -335,11 +345,14 @@ func parseVLLMScore(body []byte, maxPairs int) (parsedScore, error) {
 	}
 	first, second, n1, n2 := vr.sides()
 	out := parsedScore{vocab: scoreVocabulary(n1, n2)}
-	q, err := stringOrList(n1, first)
+	// Every pair is an item of some core request: the body as a whole is held to one request's
+	// limit, however many queries it spreads them over. The second side is read first, so the
+	// first is bounded by it (one text, or one per pair: one more is already a mismatch).
+	docs, err := stringOrList(n2, second, maxPairs)
 	if err != nil {
 		return out, err
 	}
-	docs, err := stringOrList(n2, second)
+	q, err := stringOrList(n1, first, len(docs)+1)
 	if err != nil {
 		return out, err
 	}
@@ -350,10 +363,6 @@ func parseVLLMScore(body []byte, maxPairs int) (parsedScore, error) {
 		return out, unacceptable(n2, "must not be empty")
 	case len(q) > 1 && len(q) != len(docs):
 		return out, unacceptable(n1, "has %d texts and %s %d: give one %s or as many as %s", len(q), n2, len(docs), n1, n2)
-	case maxPairs > 0 && len(docs) > maxPairs:
-		// Every pair is an item of some core request: the body as a whole is held to one
-		// request's limit, however many queries it spreads them over.
-		return out, unacceptable(n2, "%d texts, limit %d", len(docs), maxPairs)
 	case vr.TruncatePromptTokens != nil && *vr.TruncatePromptTokens > 0:
 		// vLLM cuts the whole prompt to that many tokens; the nodes cut documents only, so a
 		// silently different cut is refused rather than scored.

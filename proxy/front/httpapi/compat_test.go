@@ -406,7 +406,7 @@ func TestVLLMScoreLeavesOutFailedPairs(t *testing.T) {
 func TestVLLMScoreHoldsAllQueriesToOneLimit(t *testing.T) {
 	e := startServerWith(t, DefaultConfig(), Options{Core: newFakeCore(), MaxItems: 5})
 	r := e.do(t, "POST", "/score", manyQueries(6), nil)
-	if r.code != 422 || !strings.Contains(string(r.body), "text_2: 6 texts, limit 5") {
+	if r.code != 422 || !strings.Contains(string(r.body), "text_2: more than 5 texts, limit 5") {
 		t.Errorf("6 pairs over 6 queries, limit 5: %d %s, want 422 naming text_2", r.code, r.body)
 	}
 	if r := e.do(t, "POST", "/score", manyQueries(5), nil); r.code != 200 {

@@ -16,11 +16,11 @@ import (
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 )
 
-// TestDocumentArraysOverTheItemLimitStopDecoding: a rerank or TEI body with more documents than
-// the item limit is refused naming the field, after decoding one entry past the limit rather than
-// all of them: an 8 MiB body of empty strings (2.8 million documents) allocated ~790 MiB before
-// the core's limit refused it. The same documents within the limit still decode, and a field that
-// is not an array is still a type error naming it.
+// TestDocumentArraysOverTheItemLimitStopDecoding: a rerank, TEI or vLLM score body with more
+// documents than the item limit is refused naming the field, after decoding one entry past the
+// limit rather than all of them: an 8 MiB body of empty strings (2.8 million documents) allocated
+// ~790 MiB (rerank) and ~840 MiB (vLLM score) before the limit refused it. Documents within the
+// limit still decode, and a number where the list belongs is still an error naming the field.
 func TestDocumentArraysOverTheItemLimitStopDecoding(t *testing.T) {
 	n := (8<<20 - 64) / 3
 	many := `[` + strings.Repeat(`"",`, n-1) + `""]`
@@ -30,8 +30,9 @@ func TestDocumentArraysOverTheItemLimitStopDecoding(t *testing.T) {
 	}{
 		{"documents", func(b []byte, l int) error { _, _, _, err := parseRerank(b, l); return err }},
 		{"texts", func(b []byte, l int) error { _, _, _, err := parseTEI(b, l); return err }},
+		{"text_2", func(b []byte, l int) error { _, err := parseVLLMScore(b, l); return err }},
 	} {
-		body := []byte(`{"query":"q","` + c.field + `":` + many + `}`)
+		body := []byte(`{"query":"q","text_1":"q","` + c.field + `":` + many + `}`)
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
@@ -44,11 +45,11 @@ func TestDocumentArraysOverTheItemLimitStopDecoding(t *testing.T) {
 		if mb := (after.TotalAlloc - before.TotalAlloc) >> 20; mb > 32 {
 			t.Errorf("%d %s: %d MiB allocated to refuse an 8 MiB body, want under 32", n, c.field, mb)
 		}
-		if err := c.parse([]byte(`{"query":"q","`+c.field+`":["a",{"text":"b"}]}`), 2); err != nil {
+		if err := c.parse([]byte(`{"query":"q","text_1":"q","`+c.field+`":["a","b"]}`), 2); err != nil {
 			t.Errorf("%s within the limit: %v", c.field, err)
 		}
-		err = c.parse([]byte(`{"query":"q","`+c.field+`":"a"}`), 2)
-		if !errors.As(err, &f) || f.field != c.field || !strings.Contains(f.problem, "array") {
+		err = c.parse([]byte(`{"query":"q","text_1":"q","`+c.field+`":7}`), 2)
+		if !errors.As(err, &f) || f.field != c.field || !strings.Contains(f.problem, "number") {
 			t.Errorf("%s as a string: %v, want a type error naming it", c.field, err)
 		}
 	}
