@@ -54,7 +54,7 @@ func (t *Tokenizer) appendPlain(dst []int32, text string) []int32 {
 		return dst
 	}
 	if t.nfc && !isASCII(text) && !norm.NFC.IsNormalString(text) {
-		text = norm.NFC.String(text)
+		text = nfc(text)
 	}
 	if t.addPrefixSpace && text[0] != ' ' {
 		text = " " + text

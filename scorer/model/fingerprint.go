@@ -50,7 +50,8 @@ type FingerprintSettings struct {
 //     64 KiB, so a change near either end of any tensor shows, however small the tensor;
 //   - Settings.MaxTokens, and Settings.BF16Matmul for bf16 weights;
 //   - Settings.Arithmetic (kernels.ArithmeticVersion), so that a build whose kernels give other bits is another model
-//     to the proxy's score cache and its one-model-per-request rule.
+//     to the proxy's score cache and its one-model-per-request rule;
+//   - tokenizer.Version, for the same reason when the tokenizer's code gives other ids.
 //
 // The weights are sampled, not hashed whole (hashing GBs would add seconds to every start): a
 // change that falls only in the unsampled middle of a large tensor and in no 4 KiB sample is not
@@ -112,6 +113,7 @@ func Fingerprint(dir string, ck *safetensors.Checkpoint, s FingerprintSettings) 
 		arith = kernels.ArithmeticVersion
 	}
 	field("arithmetic", []byte(arith))
+	field("tokenizer_code", []byte(tokenizer.Version))
 	return hex.EncodeToString(h.Sum(nil)[:16]), nil
 }
 
