@@ -21,35 +21,27 @@ import (
 // used to go out whole, fail its batch on every node, and reach the caller as a retryable 503.
 func TestDocumentsAreCutToAServersLimits(t *testing.T) {
 	var longest atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/health":
-			_, _ = w.Write([]byte(`{"status":"ok"}`))
-		case "/v1/rerank":
-			var body struct {
-				Query     string   `json:"query"`
-				Documents []string `json:"documents"`
-			}
-			_ = json.NewDecoder(r.Body).Decode(&body)
-			var res []string
-			for i, d := range body.Documents {
-				words := int64(len(strings.Fields(d)))
-				if words > longest.Load() {
-					longest.Store(words)
-				}
-				if words > 512 {
-					w.WriteHeader(500)
-					fmt.Fprintf(w, `{"error":{"code":500,"message":"input (%d tokens) is too large to process","type":"server_error"}}`, words)
-					return
-				}
-				res = append(res, fmt.Sprintf(`{"index":%d,"relevance_score":0.5}`, i))
-			}
-			fmt.Fprintf(w, `{"model":"m","object":"list","usage":{"prompt_tokens":1,"total_tokens":1},"results":[%s]}`, strings.Join(res, ","))
-		default:
-			w.WriteHeader(404)
+	srv := fakeLlamaCpp(t, func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Query     string   `json:"query"`
+			Documents []string `json:"documents"`
 		}
-	}))
-	defer srv.Close()
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		var res []string
+		for i, d := range body.Documents {
+			words := int64(len(strings.Fields(d)))
+			if words > longest.Load() {
+				longest.Store(words)
+			}
+			if words > 512 {
+				w.WriteHeader(500)
+				fmt.Fprintf(w, `{"error":{"code":500,"message":"input (%d tokens) is too large to process","type":"server_error"}}`, words)
+				return
+			}
+			res = append(res, fmt.Sprintf(`{"index":%d,"relevance_score":0.5}`, i))
+		}
+		fmt.Fprintf(w, `{"model":"m","object":"list","usage":{"prompt_tokens":1,"total_tokens":1},"results":[%s]}`, strings.Join(res, ","))
+	})
 	cfg := testConfig(nil)
 	cfg.Nodes.Backends = []backend.Spec{{Kind: backend.KindLlamaCpp, Addr: srv.URL, MaxItemTokens: 512}}
 	p, _ := startProxy(t, cfg)
@@ -89,18 +81,10 @@ func TestDocumentsAreCutToAServersLimits(t *testing.T) {
 // batches made a llama.cpp node look ~500× faster than it is).
 func TestBatchesNothingWasSentForTeachNothing(t *testing.T) {
 	var calls atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/health":
-			_, _ = w.Write([]byte(`{"status":"ok"}`))
-		case "/v1/rerank":
-			calls.Add(1)
-			w.WriteHeader(500)
-		default:
-			w.WriteHeader(404)
-		}
-	}))
-	defer srv.Close()
+	srv := fakeLlamaCpp(t, func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(500)
+	})
 	cfg := testConfig(nil)
 	cfg.Nodes.Backends = []backend.Spec{{Kind: backend.KindLlamaCpp, Addr: srv.URL}} // default max_item_tokens 512
 	p, _ := startProxy(t, cfg)
@@ -120,4 +104,21 @@ func TestBatchesNothingWasSentForTeachNothing(t *testing.T) {
 	if got := n.Samples(); got != before {
 		t.Errorf("cost model learned %d samples from batches the server never ran (coeffs now %+v)", got-before, n.Coeffs())
 	}
+}
+
+// fakeLlamaCpp is a llama.cpp server for the proxy's backend tests: healthy, rerank answered by
+// rerank, anything else 404. It closes with the test.
+func fakeLlamaCpp(t *testing.T, rerank http.HandlerFunc) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+			_, _ = w.Write([]byte(`{"status":"ok"}`))
+		case "/v1/rerank":
+			rerank(w, r)
+		default:
+			w.WriteHeader(404)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
 }
