@@ -29,6 +29,22 @@ func TestServersBehindOneGatewayAreTwoNodes(t *testing.T) {
 	}
 }
 
+// TestScorerBackendEntriesKeepTheirLimits: a scorer node given as a backends entry keeps the
+// entry's max_items (the planner's batch cap) and timeout (each call's cap); they were dropped,
+// the node built from its address alone.
+func TestScorerBackendEntriesKeepTheirLimits(t *testing.T) {
+	c := New(Config{Backends: []backend.Spec{{Kind: backend.KindScorer, Addr: "127.0.0.1:1", MaxItems: 3, Timeout: 2 * time.Second}},
+		Prior: testPrior, Forgetting: 0.99, Breaker: BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}}, nil)
+	defer c.Close()
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n := c.Snapshot()[0]
+	if n.Limits().MaxItems != 3 || n.callTimeout != 2*time.Second {
+		t.Errorf("limits %+v, call timeout %v; want max_items 3 and 2s", n.Limits(), n.callTimeout)
+	}
+}
+
 // TestBusyTEIStaysHealthy: TEI's /health goes down the same queue as the batches
 // (backends/src/lib.rs, Backend::health), so while a batch runs the health answer waits for it.
 // A 2 s batch (CPU, or a large reranker) does not make the proxy drop the node: its probe waits

@@ -443,13 +443,15 @@ func (c *Cluster) setMembers(dns []string) error {
 		c.dnsAddrs = dns
 	}
 	want := map[string]bool{}
-	specs := map[string]backend.Spec{} // nodes of another kind, by Node() name
+	specs := map[string]backend.Spec{}   // nodes of another kind, by Node() name
+	scorers := map[string]backend.Spec{} // scorer nodes given as backends, by address
 	for _, a := range c.cfg.Static {
 		want[a] = true
 	}
 	for _, s := range c.cfg.Backends {
 		if s.Kind == backend.KindScorer {
 			want[s.Addr] = true
+			scorers[s.Addr] = s
 			continue
 		}
 		want[s.Node()] = true
@@ -489,6 +491,10 @@ func (c *Cluster) setMembers(dns []string) error {
 			n, err = newBackendNode(s, c.cfg, c.onBreaker)
 		} else {
 			n, err = newNode(a, c.cfg, c.onBreaker)
+			if s, ok := scorers[a]; ok && err == nil {
+				// A backends entry's max_items and timeout hold for our scorer too.
+				n.limits, n.callTimeout = backend.Limits{MaxItems: s.MaxItems}, s.TimeoutOr()
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("node %s: %w", a, err))

@@ -34,6 +34,9 @@ type Node struct {
 	be     backend.Backend
 	kind   string
 	limits backend.Limits
+	// callTimeout caps one call to a scorer node given as a backends entry (0: none, the
+	// request's deadline alone).
+	callTimeout time.Duration
 	// pairSeconds is an average of observed seconds per (query, item) pair, to price the
 	// server's own queue gauges (another kind).
 	pairSeconds   atomicFloat
@@ -547,6 +550,11 @@ func (n *Node) Limits() backend.Limits { return n.limits }
 func (n *Node) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchRequest) (*relevancev1.ScoreBatchResponse, error) {
 	if n.be != nil {
 		return n.be.ScoreBatch(ctx, req)
+	}
+	if n.callTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.callTimeout)
+		defer cancel()
 	}
 	return n.client.ScoreBatch(ctx, req)
 }

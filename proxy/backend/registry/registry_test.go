@@ -57,6 +57,7 @@ func TestKindRules(t *testing.T) {
 	}{
 		{backend.Spec{Kind: "llamacpp", Addr: "h:1", Template: "proxy"}, `nodes[0].template: llamacpp supports only "server"`},
 		{backend.Spec{Kind: "scorer", Addr: "h:1", Template: "proxy"}, `nodes[0].template: scorer nodes build the prompt themselves`},
+		{backend.Spec{Kind: "scorer", Addr: "h:1", MaxItemTokens: 512}, `nodes[0].max_item_tokens: scorer nodes report their own prompt limit`},
 		{backend.Spec{Kind: "vllm", Addr: "h:1", MaxItems: -2}, `nodes[0].max_items: must be >= 0`},
 	} {
 		err := registry.Validate([]backend.Spec{tc.spec})

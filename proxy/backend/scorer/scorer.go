@@ -81,6 +81,10 @@ func check(spec backend.Spec) (backend.Spec, error) {
 	if spec.Template == backend.TemplateProxy {
 		return spec, fmt.Errorf("template: scorer nodes build the prompt themselves; must be %q or empty, got %q", backend.TemplateServer, spec.Template)
 	}
+	if spec.MaxItemTokens != 0 {
+		// It would be ignored: the node cuts documents to its own limit, which its replies report.
+		return spec, fmt.Errorf("max_item_tokens: scorer nodes report their own prompt limit; must be 0, got %d", spec.MaxItemTokens)
+	}
 	return spec, nil
 }
 
