@@ -197,9 +197,14 @@ var (
 
 // decodeScore decodes a /v1/score body (the proto3 JSON mapping of ScoreRequest; unknown fields
 // are ignored, unknown enum names are not). Its errors name the field by its path.
-func decodeScore(body []byte) (*relevancev1.ScoreRequest, error) {
+func decodeScore(body []byte, maxItems int) (*relevancev1.ScoreRequest, error) {
 	if err := checkUTF8(body); err != nil {
 		return nil, err
+	}
+	// protojson builds every item before the core's limit applies: 8 MiB of {} items took
+	// ~420 MiB. The items are counted first, on the bytes, no further than the limit.
+	if maxItems > 0 && topLevelArrayLen(body, "items", maxItems+1) > maxItems {
+		return nil, unacceptable("items", "more than %d items, limit %d", maxItems, maxItems)
 	}
 	req := &relevancev1.ScoreRequest{}
 	if scoreStrict.Unmarshal(body, req) == nil {
@@ -215,6 +220,75 @@ func decodeScore(body []byte) (*relevancev1.ScoreRequest, error) {
 		return nil, malformed("", "invalid JSON body: %v", err) // what checkProtoJSON does not foresee
 	}
 	return req, nil
+}
+
+// topLevelArrayLen counts the elements of the array that body's top-level object holds under key,
+// up to stop, on the raw bytes (no allocation): 0 when there is none. Malformed JSON counts as
+// whatever the scan makes of it; the decoder that runs next reports it.
+func topLevelArrayLen(body []byte, key string, stop int) int {
+	depth, n := 0, 0
+	inArray := false // inside the key's array (its elements are at depth 2)
+	wantKey := false // the next string at depth 1 is a key
+	afterKey := false
+	empty := true
+	for i := 0; i < len(body); i++ {
+		switch c := body[i]; c {
+		case '"':
+			j := i + 1
+			for j < len(body) && body[j] != '"' {
+				if body[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			if depth == 1 && wantKey {
+				afterKey = string(body[i+1:min(j, len(body))]) == key
+				wantKey = false
+			}
+			if inArray && depth == 2 {
+				empty = false
+			}
+			i = j
+		case '{', '[':
+			if inArray && depth == 2 {
+				empty = false
+			}
+			depth++
+			if depth == 1 && c == '{' {
+				wantKey = true
+			}
+			if depth == 2 && c == '[' && afterKey {
+				inArray = true
+			}
+			afterKey = false
+		case '}', ']':
+			depth--
+			if inArray && depth == 1 {
+				if !empty {
+					n++
+				}
+				return n
+			}
+		case ',':
+			if depth == 1 {
+				wantKey, afterKey = true, false
+			}
+			if inArray && depth == 2 {
+				if n++; n >= stop {
+					return n
+				}
+			}
+		case ' ', '\t', '\n', '\r', ':':
+		default:
+			if inArray && depth == 2 {
+				empty = false
+			}
+			if depth == 1 {
+				afterKey = false
+			}
+		}
+	}
+	return n
 }
 
 // checkProtoJSON walks body against md's proto3 JSON mapping and reports, by path, the first value

@@ -118,7 +118,7 @@ func TestScoreDecodeAccepts(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := decodeScore([]byte(tc.body))
+			got, err := decodeScore([]byte(tc.body), 0)
 			if err != nil {
 				t.Fatal(err)
 			}

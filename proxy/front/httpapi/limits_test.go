@@ -150,3 +150,41 @@ func TestBodyReadAsItArrivesEndsAtItsLength(t *testing.T) {
 		t.Errorf("a body cut short: %v, want unexpected EOF", err)
 	}
 }
+
+// TestScoreItemsCountedBeforeDecoding: a /v1/score body's items are counted on its bytes before
+// protojson builds them (8 MiB of {} items took ~420 MiB): over the limit it is refused naming
+// items, with little allocated; the count reads only the top-level "items" array, whatever
+// strings, escapes and nested values hold.
+func TestScoreItemsCountedBeforeDecoding(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want int
+	}{
+		{`{"query":"q","items":[]}`, 0},
+		{`{"query":"q","items":[{"text":"a"}]}`, 1},
+		{`{"items" : [ {"text":"a,b]"} , {"text":"\"],["} , {} ] , "query":"items"}`, 3},
+		{`{"options":{"items":[1,2,3]},"query":"[\"items\",","items":[{"id":"x","text":"y"},{}]}`, 2},
+		{`{"query":"q"}`, 0},
+	} {
+		if got := topLevelArrayLen([]byte(c.body), "items", 100); got != c.want {
+			t.Errorf("%s: %d items, want %d", c.body, got, c.want)
+		}
+	}
+	n := (8<<20 - 64) / 3
+	body := []byte(`{"query":"q","items":[` + strings.Repeat(`{},`, n-1) + `{}]}`)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := decodeScore(body, 1000)
+	runtime.ReadMemStats(&after)
+	var f *badInput
+	if !errors.As(err, &f) || f.field != "items" || !strings.Contains(f.problem, "limit 1000") {
+		t.Errorf("%d items: %v, want one naming items and its limit", n, err)
+	}
+	if mb := (after.TotalAlloc - before.TotalAlloc) >> 20; mb > 16 {
+		t.Errorf("%d MiB allocated to refuse an 8 MiB body, want under 16", mb)
+	}
+	if _, err := decodeScore([]byte(`{"query":"q","items":[{"text":"a"},{"text":"b"}]}`), 2); err != nil {
+		t.Errorf("two items, limit 2: %v", err)
+	}
+}

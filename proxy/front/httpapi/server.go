@@ -385,7 +385,7 @@ func (s *Server) serveScore(ctx *fasthttp.RequestCtx, rt *route) {
 		s.serveVLLMScore(ctx, rt) // vLLM's score API shares the path
 		return
 	}
-	req, err := decodeScore(ctx.PostBody())
+	req, err := decodeScore(ctx.PostBody(), s.opts.MaxItems)
 	if err != nil {
 		s.writeError(ctx, rt.errShape, failureOf(err))
 		return
