@@ -3,14 +3,15 @@ package prompt
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/relevance-scoring/relevance/tokenizer"
 )
 
 // Token counters by configuration name.
 const (
-	// CountEstimate counts with tokenizer.EstimateTokens (no BPE): ~30× cheaper than exact on
-	// 1000 items, a few per cent off.
+	// CountEstimate counts with tokenizer.EstimateTokens (no BPE), long runs of word characters
+	// (base64, identifiers) exactly: ~30× cheaper than exact on 1000 items, a few per cent off.
 	CountEstimate = "estimate"
 	// CountExact counts with the shipped Qwen3 tokenizer, exactly as a node tokenizes.
 	CountExact = "exact"
@@ -30,8 +31,9 @@ func NewCounter(kind string) (*Counter, error) {
 		return nil, fmt.Errorf("token counter: unknown kind %q (want %s or %s)", kind, CountExact, CountEstimate)
 	}
 	if kind == CountEstimate {
-		// No BPE at all: loading the shipped tokenizer would cost start-up time for nothing.
-		return &Counter{head: estimateTemplate(HeadText), tail: estimateTemplate(TailText), plain: tokenizer.EstimateTokens}, nil
+		// No BPE at start-up: loading the shipped tokenizer would cost time for nothing. It is
+		// loaded on the first span the estimator misjudges (estimatePlain).
+		return &Counter{head: estimateTemplate(HeadText), tail: estimateTemplate(TailText), plain: estimatePlain}, nil
 	}
 	tok, err := loadTokenizer()
 	if err != nil {
@@ -47,6 +49,51 @@ func NewCounter(kind string) (*Counter, error) {
 
 // loadTokenizer loads the exact tokenizer (a variable so that tests can tell whether it ran).
 var loadTokenizer = tokenizer.Default
+
+// exactRun is the shortest run of word characters (letters, digits, + / = _ -) that the
+// estimate counts exactly: base64, hashes, SKUs and identifiers, which tokenizer.EstimateTokens
+// reads at a quarter to a half of their tokens (it prices each letter past a word's sixth at an
+// English word's rate). Runs this long are rare in prose, so the estimate stays ~30× cheaper
+// than exact counting there.
+const exactRun = 16
+
+// spanTokenizer is the exact tokenizer for estimatePlain's spans, loaded on the first one.
+var spanTokenizer = sync.OnceValues(func() (*tokenizer.Tokenizer, error) { return loadTokenizer() })
+
+// estimatePlain is tokenizer.EstimateTokens with each run of exactRun or more word characters
+// counted exactly instead: measured on product text with a 1.5 KB inline base64 image, the
+// estimator alone read 0.58 of the tokens.
+func estimatePlain(s string) int {
+	n := tokenizer.EstimateTokens(s)
+	for i := 0; i < len(s); {
+		if !isWordByte(s[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(s) && isWordByte(s[j]) {
+			j++
+		}
+		if j-i >= exactRun {
+			if tok, err := spanTokenizer(); err == nil {
+				n += len(tok.EncodePlain(s[i:j])) - tokenizer.EstimateTokens(s[i:j])
+			}
+		}
+		i = j
+	}
+	return max(n, 0)
+}
+
+func isWordByte(c byte) bool { return wordBytes[c] }
+
+// wordBytes marks the bytes of estimatePlain's runs: ASCII letters and digits, + / = _ -.
+var wordBytes = func() (t [256]bool) {
+	for c := range 256 {
+		b := byte(c)
+		t[c] = b|0x20 >= 'a' && b|0x20 <= 'z' || b >= '0' && b <= '9' || strings.IndexByte("+/=_-", b) >= 0
+	}
+	return t
+}()
 
 // templateMarkers are the chat template's added tokens (one token each); the estimator alone
 // would read "<|im_start|>" as several punctuation and word tokens.
