@@ -658,14 +658,15 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, mk 
 	if err != nil || judged <= 0 {
 		judged = el
 	}
-	d.outlier(ctx, l, err, err == nil && computed(resp), judged, mk, now, t0)
+	scored := err == nil && computed(resp)
+	d.outlier(ctx, l, err, scored, judged, mk, now, t0)
 	if lg := d.cfg.Log; lg != nil && lg.Enabled(ctx, slog.LevelDebug) {
 		lg.LogAttrs(ctx, slog.LevelDebug, "batch call ended", slog.String("request", b.Req.GetRequestId()), slog.Int("batch", b.Index),
 			slog.String("node", n.Addr()), slog.Int("items", items), slog.Float64("ahead_s", l.Start), slog.Float64("predicted_s", l.Predicted),
 			slog.Float64("projected_s", l.Finish), slog.Float64("elapsed_s", el.Seconds()), slog.Bool("slow", mk.slow.Load()), slog.Bool("lost", mk.lost.Load()), slog.Any("err", err))
 	}
 	switch {
-	case err == nil && !computed(resp):
+	case err == nil && !scored:
 		// Every item too long to send (TOO_LONG): the node computed nothing, and the call's
 		// few microseconds priced at the batch's whole work would teach its cost model that it
 		// is hundreds of times faster than it is.

@@ -284,26 +284,29 @@ func stringOrList(field string, raw json.RawMessage, limit int) ([]string, error
 		return nil, malformed(field, "must be a string or a list of strings")
 	}
 	var out []string
-	for i := 0; dec.More(); i++ {
-		if limit > 0 && i == limit {
-			return nil, unacceptable(field, "more than %d texts, limit %d", limit, limit)
-		}
-		var e json.RawMessage
-		if err := dec.Decode(&e); err != nil {
-			return nil, malformed(field, "must be a string or a list of strings")
-		}
+	over, err := eachElement(dec, limit, func(i int, e json.RawMessage) error {
 		if len(e) == 0 || e[0] != '"' {
 			k := "nothing"
 			if len(e) > 0 {
 				k = jsonKind(e[0])
 			}
-			return nil, malformed(fmt.Sprintf("%s[%d]", field, i), "must be a string, got %s", k)
+			return malformed(fmt.Sprintf("%s[%d]", field, i), "must be a string, got %s", k)
 		}
 		var s string
 		if err := json.Unmarshal(e, &s); err != nil {
-			return nil, malformed(fmt.Sprintf("%s[%d]", field, i), "invalid string: %v", err)
+			return malformed(fmt.Sprintf("%s[%d]", field, i), "invalid string: %v", err)
 		}
 		out = append(out, s)
+		return nil
+	})
+	var bi *badInput
+	switch {
+	case over:
+		return nil, unacceptable(field, "more than %d texts, limit %d", limit, limit)
+	case errors.As(err, &bi):
+		return nil, err
+	case err != nil:
+		return nil, malformed(field, "must be a string or a list of strings")
 	}
 	return out, nil
 }

@@ -134,17 +134,18 @@ func itemsOf(field string, docs []document) ([]string, []*relevancev1.Item, erro
 }
 
 // documentList is a "documents" (or TEI "texts") array, decoded one entry at a time and no
-// further than one entry past limit (0: no limit), which the parser then refuses. Decoded whole,
+// further than limit entries (0: no limit; one more marks it over, which the parser refuses). Decoded whole,
 // an 8 MiB body of empty strings (2.8 million documents) took ~790 MiB before the core's item
 // limit refused it.
 type documentList struct {
 	docs    []document
 	limit   int
 	present bool // given, and not null
+	over    bool // held more than limit entries (the rest unread)
 }
 
 // overLimit reports whether the array held more entries than the limit.
-func (l *documentList) overLimit() bool { return l.limit > 0 && len(l.docs) > l.limit }
+func (l *documentList) overLimit() bool { return l.over }
 
 // UnmarshalJSON implements json.Unmarshaler. A value that is not an array is a type error that
 // encoding/json names by the field.
@@ -161,19 +162,34 @@ func (l *documentList) UnmarshalJSON(raw []byte) error {
 		return &json.UnmarshalTypeError{Value: kindOf(t), Type: reflect.TypeFor[[]string]()}
 	}
 	l.present, l.docs = true, l.docs[:0]
-	for dec.More() {
-		var m json.RawMessage
-		if err := dec.Decode(&m); err != nil {
-			return err
-		}
+	l.over, err = eachElement(dec, l.limit, func(_ int, m json.RawMessage) error {
 		var d document
 		d.text, d.err = documentText(m)
-		if l.docs = append(l.docs, d); l.overLimit() {
-			return nil // refused whole: the rest need not be read (encoding/json has checked the syntax)
+		l.docs = append(l.docs, d)
+		return nil
+	})
+	return err
+}
+
+// eachElement calls f on the elements of the JSON array whose '[' dec has just read, in order,
+// and reads its closing bracket; it stops before the element past limit (≤ 0: none) and reports
+// that there was one — the rest need not be read (encoding/json, or the caller, has checked the
+// syntax), so a huge array costs no more than limit elements.
+func eachElement(dec *json.Decoder, limit int, f func(i int, e json.RawMessage) error) (over bool, err error) {
+	for i := 0; dec.More(); i++ {
+		if limit > 0 && i == limit {
+			return true, nil
+		}
+		var e json.RawMessage
+		if err := dec.Decode(&e); err != nil {
+			return false, err
+		}
+		if err := f(i, e); err != nil {
+			return false, err
 		}
 	}
 	_, err = dec.Token() // the closing bracket
-	return err
+	return false, err
 }
 
 // document is one entry of "documents". Its error is kept rather than returned so that the
