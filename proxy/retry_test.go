@@ -55,3 +55,31 @@ func TestFailFastCancelsSiblings(t *testing.T) {
 		t.Errorf("cancelled sibling: node errors %d, in-flight %v; want 0, 0", s.Errors, s.InflightCostSeconds)
 	}
 }
+
+// TestSheddingNodeKeepsItsBreakerAndLooksBusy: a node that answers RESOURCE_EXHAUSTED (its queue
+// full) is alive: its breaker stays closed however often it sheds, each shed batch is retried on
+// another node, and the node is taken as busy (a backlog in its load) so that least-loaded
+// routing does not send it the next batch at once, to spend another retry.
+func TestSheddingNodeKeepsItsBreakerAndLooksBusy(t *testing.T) {
+	nodes := startNodes(t, 2, fakenode.Options{})
+	cfg := testConfig(nodes.Addrs())
+	cfg.Split.Strategy, cfg.Split.MaxBatchItems = "fixed", 4
+	cfg.Route.Strategy = "round_robin" // the shedding node gets its turns whatever its load
+	cfg.Breaker.ConsecutiveFailures = 2
+	p, _ := startProxy(t, cfg)
+	nodes[0].SetFailing(true, codes.ResourceExhausted)
+	const requests = 8
+	for i := range requests {
+		score(t, p, makeRequest(4, uint64(i))) // one batch each; a shed one is retried
+	}
+	s := nodeStatus(t, p, nodes[0].Addr())
+	if s.Breaker != "closed" || s.BreakerOpened != 0 || s.Errors != 0 {
+		t.Errorf("shedding node: breaker %s (opened %d times), errors %d; want closed, 0, 0", s.Breaker, s.BreakerOpened, s.Errors)
+	}
+	if s.BacklogSeconds <= 0 {
+		t.Errorf("shedding node's backlog %v s: it looks idle", s.BacklogSeconds)
+	}
+	if c := nodes[0].Calls(); c < requests/2 {
+		t.Errorf("shedding node got %d of %d batches: round robin gives it half while its breaker is closed", c, requests)
+	}
+}

@@ -508,6 +508,21 @@ func (n *Node) CallEnded() {
 	}
 }
 
+// Shed records that the node refused a call because it is full (RESOURCE_EXHAUSTED: its queue
+// is full, or an HTTP server's 429) at now: its backlog that is not this proxy's is taken to be at
+// least hold, draining in real time. A shedding node is not counted as failing (it is alive and
+// answering), but if it looked idle — its refused call settled, nothing else known of its queue —
+// least-loaded routing would send it the next batch too, and every batch would spend a retry.
+func (n *Node) Shed(now time.Time, hold time.Duration) {
+	if hold <= 0 {
+		return
+	}
+	if e := n.ext.Load(); e != nil && e.seconds-now.Sub(e.at).Seconds() >= hold.Seconds() {
+		return
+	}
+	n.ext.Store(&extLoad{seconds: hold.Seconds(), at: now})
+}
+
 // Succeeded counts an answered batch.
 func (n *Node) Succeeded() { n.batches.Add(1) }
 

@@ -15,8 +15,12 @@
 //     MinDelay) is sent to a second node too, if the placer's pick has less work ahead than the
 //     straggler was expected to take and the budget allows; the first answer wins, the other call
 //     is cancelled.
-//   - Breakers count failures only: cancellations, the caller's bad input and deadlines that were
-//     the caller's (the call ran less than 2·expected + 20 ms) are excluded.
+//   - Breakers count failures only: cancellations, the caller's bad input, deadlines that were
+//     the caller's (the call ran less than 2·expected + 20 ms) and a node shedding load
+//     (RESOURCE_EXHAUSTED: a full queue, an HTTP server's 429) are excluded. A shedding node is
+//     alive and answering; counted, an overloaded cluster would trip its nodes' breakers in turn
+//     and refuse everything (Envoy's outlier detection likewise leaves 429 out of its 5xx
+//     counts). The batch is still retried on another node.
 //   - Rescue: a batch still unanswered RescueFactor × its projected finish after it was sent (and
 //     at least RescueMinLate past that finish) goes to a second node too, once, if the placer's
 //     pick can finish it before the deadline and the retry budget allows. The timer is pulled in
@@ -65,6 +69,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -695,6 +700,12 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, mk 
 		if cs := resp.GetStats().GetComputeSeconds(); cs > 0 && pred > 0 {
 			observe(d.m.EstimateRatio, cs/pred)
 		}
+	case status.Code(err) == codes.ResourceExhausted && ctx.Err() == nil:
+		// The node is full (not failing): it answers, so the breaker leaves it alone, but it
+		// must not look idle. Its queue holds work sent, as this batch was, to be done within a
+		// deadline; until this batch's deadline (its RetryInfo when it gave one) take it as busy.
+		n.Shed(now, shedHold(ctx, err, now))
+		err = fmt.Errorf("node %s: %w", n.Addr(), err)
 	case !errors.Is(verdict, cluster.ErrExcluded):
 		n.Failed(now)
 		err = fmt.Errorf("node %s: %w", n.Addr(), err)
@@ -702,6 +713,28 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, mk 
 	n.CallEnded()
 	return resp, err
 }
+
+// shedHold is how long a node that refused a call as full is taken to stay busy: its RetryInfo
+// delay when it sent one, else the time left to the call's deadline, within [shedMin, shedMax].
+func shedHold(ctx context.Context, err error, now time.Time) time.Duration {
+	hold := shedMax
+	if dl, ok := ctx.Deadline(); ok {
+		hold = dl.Sub(now)
+	}
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			hold = ri.GetRetryDelay().AsDuration()
+		}
+	}
+	return min(max(hold, shedMin), shedMax)
+}
+
+// The bounds of shedHold: long enough that the next batches go elsewhere, short enough that a
+// node which shed one burst is back in rotation within a second.
+const (
+	shedMin = 50 * time.Millisecond
+	shedMax = time.Second
+)
 
 // computed reports whether the node scored any item of its reply (OK or cut to fit).
 func computed(resp *relevancev1.ScoreBatchResponse) bool {
@@ -815,9 +848,9 @@ func checkReply(resp *relevancev1.ScoreBatchResponse, items int) error {
 }
 
 // classify turns a call's error into what the breaker should count: nil (success), an error
-// wrapping cluster.ErrExcluded (neither: cancellations, the caller's bad input, and deadlines
-// that were the caller's — the call ran less than twice its expected completion plus 20ms), or a
-// failure.
+// wrapping cluster.ErrExcluded (neither: cancellations, the caller's bad input, a node shedding
+// load, and deadlines that were the caller's — the call ran less than twice its expected
+// completion plus 20ms), or a failure.
 func classify(ctx context.Context, err error, el time.Duration, expected float64) error {
 	if err == nil {
 		return nil
@@ -826,7 +859,7 @@ func classify(ctx context.Context, err error, el time.Duration, expected float64
 		return fmt.Errorf("%w: %w", cluster.ErrExcluded, err)
 	}
 	switch status.Code(err) {
-	case codes.Canceled, codes.InvalidArgument, codes.Aborted, codes.FailedPrecondition:
+	case codes.Canceled, codes.InvalidArgument, codes.Aborted, codes.FailedPrecondition, codes.ResourceExhausted:
 		return fmt.Errorf("%w: %w", cluster.ErrExcluded, err)
 	case codes.DeadlineExceeded:
 		if el.Seconds() < 2*expected+0.02 {

@@ -58,6 +58,7 @@ func TestClassify(t *testing.T) {
 		{"unavailable", live, status.Error(codes.Unavailable, "x"), time.Millisecond, 0.001, "failure"},
 		{"internal", live, status.Error(codes.Internal, "x"), time.Millisecond, 0.001, "failure"},
 		{"invalid argument", live, status.Error(codes.InvalidArgument, "x"), time.Millisecond, 0.001, "excluded"},
+		{"node shedding load", live, status.Error(codes.ResourceExhausted, "queue full"), time.Millisecond, 0.001, "excluded"},
 		{"canceled code", live, status.Error(codes.Canceled, "x"), time.Millisecond, 0.001, "excluded"},
 		{"caller cancelled", cancelled, status.Error(codes.Unavailable, "x"), time.Millisecond, 0.001, "excluded"},
 		{"deadline too short for the work", live, dl, 20 * time.Millisecond, 0.1, "excluded"},
