@@ -51,3 +51,10 @@ func BodyPrefix(instruction, query string) string {
 	}
 	return "<Instruct>: " + instruction + "\n<Query>: " + query + "\n<Document>:"
 }
+
+// Identity is the template as the scores depend on it: head, tail, default instruction and the
+// body's framing around an instruction and a query (placeholders that no text contains), for
+// model fingerprints: a build that frames the prompt otherwise scores otherwise.
+func Identity() []byte {
+	return []byte(HeadText + "\x00" + TailText + "\x00" + DefaultInstruction + "\x00" + BodyPrefix("\x00I", "\x00Q"))
+}

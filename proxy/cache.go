@@ -93,8 +93,10 @@ func (l cacheLookup) splice(req *relevancev1.ScoreRequest, resp *relevancev1.Sco
 	for i, it := range req.GetItems() {
 		if l.hit[i] {
 			resp.Scores[i] = l.cached[i].ItemScore(i, it.GetId())
-			// prompt_tokens is every prompt token the request stands for, a cached item's too.
+			// prompt_tokens is every prompt token the request stands for, a cached item's too;
+			// tokens_truncated every document token its truncation cut.
 			resp.Usage.PromptTokens += l.cached[i].PromptTokens()
+			resp.Usage.TokensTruncated += uint64(l.cached[i].TruncatedTokens)
 		}
 	}
 	resp.Ranking = merge.Ranking(resp.Scores, int(req.GetTopN()))
@@ -109,6 +111,7 @@ func (p *Proxy) fromCache(req *relevancev1.ScoreRequest, reqID string, l cacheLo
 	for i, it := range req.GetItems() {
 		out.Scores[i] = l.cached[i].ItemScore(i, it.GetId())
 		out.Usage.PromptTokens += l.cached[i].PromptTokens()
+		out.Usage.TokensTruncated += uint64(l.cached[i].TruncatedTokens)
 	}
 	out.Ranking = merge.Ranking(out.Scores, int(req.GetTopN()))
 	if req.GetOptions().GetReturnTimings() {

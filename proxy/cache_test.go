@@ -10,6 +10,7 @@ import (
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 
 	"github.com/relevance-scoring/relevance/internal/fakenode"
+	"github.com/relevance-scoring/relevance/proxy/scorecache"
 )
 
 // TestScoreCacheServesRepeatsWithoutNodes: a repeated (query, item) under the same model is
@@ -220,5 +221,56 @@ func TestScoresWithoutTheModelsIdentityAreNotCached(t *testing.T) {
 		if want := fakenode.Score(req.GetQuery(), req.GetItems()[i].GetText()); math.Abs(float64(s.GetScore()-want)) > 1e-3 {
 			t.Errorf("repeat, item %d: score %v, want model-a's %v (a score without its identity was cached under it)", i, s.GetScore(), want)
 		}
+	}
+}
+// TestRestartedNodeDoesNotKeepItsOldIdentity: a node goes away and comes back healthy serving
+// another model (a restart on new weights). Until it answers, the proxy does not know its model;
+// it must not keep answering from the cache under the identity the node had before the restart.
+func TestRestartedNodeDoesNotKeepItsOldIdentity(t *testing.T) {
+	nodes := startNodes(t, 1, fakenode.Options{Fingerprint: "model-a"})
+	p, _ := startProxy(t, testConfig(nodes.Addrs()))
+	req := makeRequest(6, 1)
+	score(t, p, req) // learns model-a, fills the cache
+	healthy := func(want bool) func() bool {
+		return func() bool { return p.Nodes()[0].Healthy == want }
+	}
+	nodes[0].SetServing(false) // restart: down ...
+	waitUntil(t, "node seen down", healthy(false))
+	nodes[0].SetModel("model-b", 0.5) // ... on new weights ...
+	nodes[0].SetServing(true)         // ... and back
+	waitUntil(t, "node seen up", healthy(true))
+	resp, err := p.Score(context.Background(), makeRequest(6, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := 0
+	for i, s := range resp.GetScores() {
+		if math.Abs(float64(s.GetScore()-fakenode.Score(req.GetQuery(), req.GetItems()[i].GetText()))) < 1e-3 {
+			stale++
+		}
+	}
+	if stale > 0 {
+		t.Errorf("after the node came back on model-b, %d of 6 scores are model-a's (cached_items %d, cluster fingerprint %q)",
+			stale, resp.GetUsage().GetCachedItems(), p.cluster.Fingerprint())
+	}
+}
+// TestSplicedReplyCountsCachedTruncation: usage.tokens_truncated is "document tokens cut by
+// truncation" — a property of the request's documents, like prompt_tokens (which splice already
+// counts for cached items). A repeat answered partly from the cache must report what the same
+// request scored by the nodes reported.
+func TestSplicedReplyCountsCachedTruncation(t *testing.T) {
+	req := &relevancev1.ScoreRequest{Query: "q", Items: []*relevancev1.Item{{Id: "a", Text: "long"}, {Id: "b", Text: "short"}}}
+	look := cacheLookup{
+		hit:    []bool{true, false},
+		cached: []scorecache.Entry{{Score: 0.5, Status: relevancev1.ItemStatus_ITEM_STATUS_TRUNCATED, Tokens: 10, TruncatedTokens: 7, PrefixTokens: 20}, {}},
+		misses: 1, missed: []int{1},
+	}
+	fresh := &relevancev1.ScoreResponse{
+		Scores: []*relevancev1.ItemScore{{Index: 0, Score: 0.4, Status: relevancev1.ItemStatus_ITEM_STATUS_OK, Tokens: 5}},
+		Usage:  &relevancev1.Usage{PromptTokens: 25, ItemTokens: 5},
+	}
+	out := look.splice(req, fresh)
+	if got := out.GetUsage().GetTokensTruncated(); got != 7 {
+		t.Errorf("tokens_truncated = %d with a cached item cut by 7 tokens; the nodes would have reported 7", got)
 	}
 }

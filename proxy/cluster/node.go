@@ -376,7 +376,8 @@ func (n *Node) seed(cm *relevancev1.CostModel) {
 }
 
 // setHealthy records the node's health and calls changed when it changed. A node that loses it
-// is forgotten as a prefix holder: when it comes back it may have restarted with an empty cache.
+// is forgotten as a prefix holder and its model fingerprint is dropped: when it comes back it
+// may have restarted with an empty cache, or on another model.
 // Coming back it warms up at its peers' price (warm.go), and the next cost model it reports
 // seeds its learner again: a restarted node calibrated itself afresh.
 func (n *Node) setHealthy(v bool, changed func()) (regained bool) {
@@ -384,6 +385,11 @@ func (n *Node) setHealthy(v bool, changed func()) (regained bool) {
 		regained = v
 		if !v {
 			n.prefixes.clear()
+			// It may come back on other weights (a restart for a model update): its model is
+			// unknown until it answers again. Kept, the cluster would go on answering repeated
+			// requests from the score cache under the model it had before, and pin requests to
+			// it.
+			n.fingerprint.Store(nil)
 		} else {
 			n.learnMu.Lock()
 			n.seeded = false

@@ -11,8 +11,9 @@
 //
 // Budget. Entries are charged their key, value and bookkeeping (entryBytes); the least recently
 // used go first when the budget is exceeded, and entries older than the TTL are misses. The cache
-// is split in 16 shards by key, each with its own lock and a 16th of the budget, so that lookups of
-// one request's hundreds of items do not serialise other requests.
+// is split in up to 16 shards by key, each with its own lock and an equal part of the budget, so
+// that lookups of one request's hundreds of items do not serialise other requests (a budget too
+// small for 16 shards of 64 entries gets fewer).
 //
 // A Cache is safe for concurrent use. The zero value is not usable: use New.
 package scorecache
@@ -39,6 +40,9 @@ type Entry struct {
 	// PrefixTokens is the shared prefix (template, instruction, query) the item was scored
 	// after, in tokens: with Tokens, the prompt a hit stands for in the reply's usage.
 	PrefixTokens uint32
+	// Error is the node's message for an item it did not score (TOO_LONG: the limit it is
+	// over), so that a hit reads as the node's reply did; "" for a scored item.
+	Error string
 }
 
 // PromptTokens is the prompt tokens the item stands for: its prefix and its own tokens when it
@@ -64,13 +68,17 @@ func Cacheable(s *relevancev1.ItemScore) bool {
 // EntryOf is the cacheable part of a node's item score, scored after prefixTokens of shared
 // prefix.
 func EntryOf(s *relevancev1.ItemScore, prefixTokens uint32) Entry {
-	return Entry{Score: s.GetScore(), Logit: s.GetLogit(), Status: s.GetStatus(), Tokens: s.GetTokens(),
+	e := Entry{Score: s.GetScore(), Logit: s.GetLogit(), Status: s.GetStatus(), Tokens: s.GetTokens(),
 		TruncatedTokens: s.GetTruncatedTokens(), PrefixTokens: prefixTokens}
+	if e.Status == relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG {
+		e.Error = s.GetError()
+	}
+	return e
 }
 
 // ItemScore rebuilds an item score for request item i.
 func (e Entry) ItemScore(i int, id string) *relevancev1.ItemScore {
-	return &relevancev1.ItemScore{Index: uint32(i), Id: id, Score: e.Score, Logit: e.Logit, Status: e.Status, Tokens: e.Tokens, TruncatedTokens: e.TruncatedTokens}
+	return &relevancev1.ItemScore{Index: uint32(i), Id: id, Score: e.Score, Logit: e.Logit, Status: e.Status, Tokens: e.Tokens, TruncatedTokens: e.TruncatedTokens, Error: e.Error}
 }
 
 var seeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
@@ -110,16 +118,25 @@ func (k *Keyer) Key(text string) Key {
 	return out
 }
 
-// entryBytes is what one entry costs: key, value, list element and map slot, roughly.
-const entryBytes = 16 + 24 + 48 + 48 + 32
+// entryBytes is what one entry costs: key, value, list element and map slot, roughly (its Error
+// text, when it has one, is charged on top: cost).
+const entryBytes = 16 + 40 + 48 + 48 + 32
 
-const shards = 16
+func cost(e Entry) int64 { return entryBytes + int64(len(e.Error)) }
+
+// maxShards is how many shards a large budget is split in; a small one gets fewer, each of at
+// least minShardEntries entries: split 16 ways, a budget of 10 entries would leave every shard
+// under one and cache nothing.
+const (
+	maxShards       = 16
+	minShardEntries = 64
+)
 
 // Cache is a byte-budgeted LRU of entries with a TTL.
 type Cache struct {
 	ttl    time.Duration
 	now    func() time.Time
-	shards [shards]shard
+	shards []shard
 }
 
 type shard struct {
@@ -149,15 +166,16 @@ func New(budgetBytes int64, ttl time.Duration, now func() time.Time) *Cache {
 	if now == nil {
 		now = time.Now
 	}
-	c := &Cache{ttl: ttl, now: now}
+	n := int(min(max(budgetBytes/(minShardEntries*entryBytes), 1), maxShards))
+	c := &Cache{ttl: ttl, now: now, shards: make([]shard, n)}
 	for i := range c.shards {
-		c.shards[i].budget = budgetBytes / shards
+		c.shards[i].budget = budgetBytes / int64(n)
 		c.shards[i].index = map[Key]*list.Element{}
 	}
 	return c
 }
 
-func (c *Cache) shard(k Key) *shard { return &c.shards[k[0]%shards] }
+func (c *Cache) shard(k Key) *shard { return &c.shards[k[0]%uint64(len(c.shards))] }
 
 // Get returns k's entry, if cached and not expired.
 func (c *Cache) Get(k Key) (Entry, bool) {
@@ -188,15 +206,16 @@ func (c *Cache) Put(k Key, e Entry) {
 	defer s.mu.Unlock()
 	if el, ok := s.index[k]; ok {
 		it := el.Value.(*item)
+		s.bytes += cost(e) - cost(it.entry)
 		it.entry, it.at = e, c.now()
 		s.lru.MoveToFront(el)
-		return
+	} else {
+		if s.budget < cost(e) {
+			return
+		}
+		s.index[k] = s.lru.PushFront(&item{key: k, entry: e, at: c.now()})
+		s.bytes += cost(e)
 	}
-	if s.budget < entryBytes {
-		return
-	}
-	s.index[k] = s.lru.PushFront(&item{key: k, entry: e, at: c.now()})
-	s.bytes += entryBytes
 	for s.bytes > s.budget {
 		s.remove(s.lru.Back())
 		s.stats.Evictions++
@@ -205,8 +224,9 @@ func (c *Cache) Put(k Key, e Entry) {
 
 func (s *shard) remove(el *list.Element) {
 	s.lru.Remove(el)
-	delete(s.index, el.Value.(*item).key)
-	s.bytes -= entryBytes
+	it := el.Value.(*item)
+	delete(s.index, it.key)
+	s.bytes -= cost(it.entry)
 }
 
 // Stats sums the shards' counters.

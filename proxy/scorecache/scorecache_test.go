@@ -2,6 +2,7 @@ package scorecache
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func TestKeysSeparateEveryPart(t *testing.T) {
 
 // TestBudgetEvictsLeastRecentlyUsed: beyond the budget the least recently used go first.
 func TestBudgetEvictsLeastRecentlyUsed(t *testing.T) {
-	c := New(shards*entryBytes*4, 0, nil) // 4 entries per shard
+	c := New(64*entryBytes, 0, nil) // 64 entries
 	k := NewKeyer("fp", "", nil, "q")
 	var keys []Key
 	for i := range 400 {
@@ -47,8 +48,8 @@ func TestBudgetEvictsLeastRecentlyUsed(t *testing.T) {
 		c.Get(keys[0]) // keep the first one hot
 	}
 	st := c.Stats()
-	if st.Entries > shards*4 || st.Bytes > shards*entryBytes*4 {
-		t.Errorf("%d entries, %d bytes over a budget of %d", st.Entries, st.Bytes, shards*entryBytes*4)
+	if st.Entries > 64 || st.Bytes > 64*entryBytes {
+		t.Errorf("%d entries, %d bytes over a budget of %d", st.Entries, st.Bytes, 64*entryBytes)
 	}
 	if e, ok := c.Get(keys[0]); !ok || e.Score != 0 {
 		t.Error("the most recently used entry was evicted")
@@ -117,5 +118,52 @@ func TestConcurrentUse(t *testing.T) {
 	c.Put(key, Entry{Score: 7})
 	if e, ok := c.Get(key); !ok || e.Score != 7 {
 		t.Errorf("after concurrent use: Get = %+v, %v; want the entry just stored", e, ok)
+	}
+}
+
+// TestCachedTooLongKeepsItsError: the proto promises ItemScore.error is set for TOO_LONG, and the
+// HTTP front's 422 quotes it; an item answered from the cache must read as the node's reply did.
+func TestCachedTooLongKeepsItsError(t *testing.T) {
+	fresh := &relevancev1.ItemScore{Index: 3, Id: "x", Status: relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG,
+		Error: "prompt longer than the model's limit of 8192 tokens and truncation is NONE"}
+	if !Cacheable(fresh) {
+		t.Fatal("TOO_LONG is cacheable by design")
+	}
+	got := EntryOf(fresh, 40).ItemScore(3, "x")
+	if got.GetError() != fresh.GetError() {
+		t.Errorf("cached TOO_LONG item: error %q, the node said %q", got.GetError(), fresh.GetError())
+	}
+}
+
+// TestSmallBudgetStillCaches: a budget that holds several entries (here 10) must cache some;
+// split in 16 shards of budget/16 each, every shard is below one entry and nothing is ever kept,
+// while the proxy reports the cache enabled.
+func TestSmallBudgetStillCaches(t *testing.T) {
+	c := New(10*entryBytes, 0, nil)
+	k := NewKeyer("fp", "", nil, "q")
+	c.Put(k.Key("item"), Entry{Score: 0.5})
+	if _, ok := c.Get(k.Key("item")); !ok {
+		t.Errorf("a budget of %d bytes (10 entries) kept nothing: %+v", 10*entryBytes, c.Stats())
+	}
+}
+
+// TestErrorTextIsChargedToTheBudget: an entry's error text counts against the budget, so
+// TOO_LONG entries with long messages cannot hold more memory than the budget says.
+func TestErrorTextIsChargedToTheBudget(t *testing.T) {
+	c := New(64*entryBytes, 0, nil)
+	k := NewKeyer("fp", "", nil, "q")
+	msg := strings.Repeat("x", entryBytes) // each entry costs two plain ones
+	for i := range 64 {
+		c.Put(k.Key(fmt.Sprint(i)), Entry{Status: relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG, Error: msg})
+	}
+	if st := c.Stats(); st.Entries > 32 || st.Bytes > 64*entryBytes {
+		t.Errorf("%d entries of %d bytes each, %d bytes in all, in a budget of %d", st.Entries, 2*entryBytes, st.Bytes, 64*entryBytes)
+	}
+	// Replacing an entry re-charges it.
+	key := k.Key("63")
+	c.Put(key, Entry{Score: 1})
+	c.Put(key, Entry{Status: relevancev1.ItemStatus_ITEM_STATUS_TOO_LONG, Error: msg})
+	if st := c.Stats(); st.Bytes != st.Entries*2*entryBytes {
+		t.Errorf("%d bytes for %d entries of %d each after a replacement", st.Bytes, st.Entries, 2*entryBytes)
 	}
 }

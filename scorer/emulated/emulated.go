@@ -179,17 +179,22 @@ func New(opt Options) (*Engine, error) {
 		Kernels:      kernels,
 		MaxTokens:    maxTok,
 		Emulated:     true,
-		Fingerprint:  fingerprint(opt.Profile),
+		Fingerprint:  fingerprint(opt.Profile, maxTok),
 	}
 	return e, nil
 }
 
 // fingerprint is the emulated engine's model identity (scorer.Info.Fingerprint): a hash of
-// "emulated" and its cost profile as JSON, the only input that shapes what it replies.
-func fingerprint(p *costmodel.Profile) string {
+// "emulated", its cost profile as JSON, its token limit (which decides where documents are cut,
+// and so their scores), the prompt template and the tokenizer's version: what shapes its replies.
+func fingerprint(p *costmodel.Profile, maxTokens int) string {
 	b, _ := json.Marshal(p) // a struct of numbers and strings: cannot fail
-	h := sha256.Sum256(append([]byte("emulated\x00"), b...))
-	return hex.EncodeToString(h[:16])
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte("emulated"), b, binary.LittleEndian.AppendUint64(nil, uint64(maxTokens)), prompt.Identity(), []byte(tokenizer.Version)} {
+		h.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(part))))
+		h.Write(part)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // Emulation says how pass times are drawn: ModeSamples with the number of measured shapes it

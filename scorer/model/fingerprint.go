@@ -43,7 +43,7 @@ type FingerprintSettings struct {
 //
 //   - config.json's bytes;
 //   - tokenizer.json's bytes (the shipped tokenizer's when the folder has none);
-//   - the prompt template: prompt.HeadText, prompt.TailText, prompt.DefaultInstruction;
+//   - the prompt template (prompt.Identity): head, tail, default instruction and the body's framing;
 //   - safetensors.Checkpoint.Fingerprint: each file's size and whole header (tensor names, dtypes,
 //     shapes, offsets, metadata) and 4 KiB of every MiB of its data;
 //   - for every tensor of every file (files in shard order, tensors by name): its first and last
@@ -90,9 +90,7 @@ func Fingerprint(dir string, ck *safetensors.Checkpoint, s FingerprintSettings) 
 		return "", fmt.Errorf("fingerprint: tokenizer: %w", err)
 	}
 	field("tokenizer.json", tok)
-	field("prompt.head", []byte(prompt.HeadText))
-	field("prompt.tail", []byte(prompt.TailText))
-	field("prompt.instruction", []byte(prompt.DefaultInstruction))
+	field("prompt", prompt.Identity())
 	ckfp := ck.Fingerprint()
 	field("safetensors", ckfp[:])
 	files, err := shardFiles(dir)

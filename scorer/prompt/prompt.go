@@ -42,6 +42,9 @@ const (
 // BodyPrefix is template.BodyPrefix: the body up to "<Document>:".
 func BodyPrefix(instruction, query string) string { return template.BodyPrefix(instruction, query) }
 
+// Identity is template.Identity: the template as the scores depend on it, for fingerprints.
+func Identity() []byte { return template.Identity() }
+
 // Builder tokenizes prompts for one tokenizer and token limit.
 type Builder struct {
 	tok        *tokenizer.Tokenizer
