@@ -223,6 +223,7 @@ func TestScoresWithoutTheModelsIdentityAreNotCached(t *testing.T) {
 		}
 	}
 }
+
 // TestRestartedNodeDoesNotKeepItsOldIdentity: a node goes away and comes back healthy serving
 // another model (a restart on new weights). Until it answers, the proxy does not know its model;
 // it must not keep answering from the cache under the identity the node had before the restart.
@@ -254,6 +255,7 @@ func TestRestartedNodeDoesNotKeepItsOldIdentity(t *testing.T) {
 			stale, resp.GetUsage().GetCachedItems(), p.cluster.Fingerprint())
 	}
 }
+
 // TestSplicedReplyCountsCachedTruncation: usage.tokens_truncated is "document tokens cut by
 // truncation" — a property of the request's documents, like prompt_tokens (which splice already
 // counts for cached items). A repeat answered partly from the cache must report what the same
