@@ -17,13 +17,56 @@ func EstimateTokens(text string) int {
 	if text == "" {
 		return 0
 	}
-	f := estimateFeatures(text)
+	return weigh(estimateFeatures(text, 0, nil))
+}
+
+// EstimateTokensRuns is EstimateTokens, except that each maximal run of at least minRun ASCII
+// bytes of one class — word bytes (letters, digits, + / = _ -: base64, hashes, identifiers) or
+// other ASCII (punctuation, white space, controls) — is counted by exact instead. The estimator
+// reads such runs badly: it prices a long word by its length at an English word's rate, and a run
+// of punctuation or blank lines once whatever its length. The runs are found in the same pass.
+func EstimateTokensRuns(text string, minRun int, exact func(run string) int) int {
+	if text == "" {
+		return 0
+	}
+	var runs [][2]int
+	n := weigh(estimateFeatures(text, minRun, &runs))
+	for _, r := range runs {
+		run := text[r[0]:r[1]]
+		n += exact(run) - EstimateTokens(run)
+	}
+	return max(n, 0)
+}
+
+func weigh(f [numFeatures]float64) int {
 	var est float64
 	for i, w := range estimateWeights {
 		est += w * f[i]
 	}
 	return max(1, int(math.Round(est)))
 }
+
+// Run classes of EstimateTokensRuns.
+const (
+	runNone  = iota // non-ASCII: ends a run
+	runWord         // ASCII letters and digits, + / = _ -
+	runASCII        // every other ASCII byte
+)
+
+var runClass = func() (t [256]uint8) {
+	for c := range 256 {
+		b := byte(c)
+		switch {
+		case b >= utf8.RuneSelf:
+			t[c] = runNone
+		case b|0x20 >= 'a' && b|0x20 <= 'z' || b >= '0' && b <= '9' || b == '+' || b == '/' || b == '=' || b == '_' || b == '-':
+			t[c] = runWord
+		default:
+			t[c] = runASCII
+		}
+	}
+	return t
+}()
 
 // Features counted by estimateFeatures, in order.
 const (
@@ -53,14 +96,26 @@ var estimateWeights = [numFeatures]float64{
 	featBreaks:       1.3435,
 }
 
-func estimateFeatures(s string) (f [numFeatures]float64) {
+// estimateFeatures counts s's features; with minRun > 0 it also appends to runs the [start, end)
+// of every maximal run of at least minRun bytes of one run class (runWord, runASCII).
+func estimateFeatures(s string, minRun int, runs *[][2]int) (f [numFeatures]float64) {
 	var (
 		runLen   int   // current ASCII letter run
 		prev     uint8 // class of the previous ASCII byte: 0 none, 1 letter, 2 punct, 3 space, 4 newline
 		spaceRun int
+		cls      uint8 // the current run's class (runNone outside a run)
+		start    int   // the current run's first byte
 	)
 	for i := 0; i < len(s); {
 		c := s[i]
+		if minRun > 0 {
+			if k := runClass[c]; k != cls {
+				if cls != runNone && i-start >= minRun {
+					*runs = append(*runs, [2]int{start, i})
+				}
+				cls, start = k, i
+			}
+		}
 		if c < utf8.RuneSelf {
 			i++
 			switch {
@@ -113,6 +168,9 @@ func estimateFeatures(s string) (f [numFeatures]float64) {
 		default:
 			f[featSymbols] += float64(w) / 3 // emoji (4 bytes) cost more than full-width punctuation
 		}
+	}
+	if minRun > 0 && cls != runNone && len(s)-start >= minRun {
+		*runs = append(*runs, [2]int{start, len(s)})
 	}
 	return f
 }

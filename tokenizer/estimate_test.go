@@ -174,7 +174,7 @@ func fitEstimateWeights(tb testing.TB, tok *Tokenizer) [numFeatures]float64 {
 	var atb [numFeatures]float64
 	for _, s := range texts {
 		y := float64(len(tok.EncodePlain(s)))
-		f := estimateFeatures(s)
+		f := estimateFeatures(s, 0, nil)
 		// Digits are exactly one token each; non-CJK, non-ASCII letters are too rare in the
 		// corpus to fit. Their weights are fixed and the rest is fitted on what remains.
 		target := y
@@ -234,4 +234,34 @@ func solve(a [numFeatures][numFeatures]float64, b [numFeatures]float64) [numFeat
 		x[r] = s / a[r][r]
 	}
 	return x
+}
+
+// TestEstimateTokensRunsCountsLongRunsExactly: every maximal run of at least minRun ASCII bytes
+// of one class (word bytes; other ASCII) goes to exact, whole, and only those; the rest is
+// estimated as EstimateTokens estimates it.
+func TestEstimateTokensRunsCountsLongRunsExactly(t *testing.T) {
+	b64 := "QmFzZTY0IGlzIGEgZ3JvdXAgb2Y="
+	dots := strings.Repeat(".", 20)
+	text := "short words " + b64 + " then dots" + dots + "1 é " + strings.Repeat("-", 16) + "中文" + dots
+	var got []string
+	n := EstimateTokensRuns(text, 16, func(run string) int {
+		got = append(got, run)
+		return 1000
+	})
+	// The dots follow a letter, so their run starts at the first dot; the 16 dashes are word
+	// bytes; the run that ends the text counts.
+	want := []string{b64, dots, strings.Repeat("-", 16), dots}
+	if !slices.Equal(got, want) {
+		t.Errorf("runs %q, want %q", got, want)
+	}
+	est := EstimateTokens(text)
+	for _, r := range want {
+		est += 1000 - EstimateTokens(r)
+	}
+	if n != est {
+		t.Errorf("count %d, want %d", n, est)
+	}
+	if EstimateTokensRuns(text, 16, func(string) int { return 0 }) < 0 {
+		t.Error("negative count")
+	}
 }

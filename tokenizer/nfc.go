@@ -9,51 +9,64 @@ import (
 )
 
 // Version names the ids this code gives a tokenizer.json: it changes when the same text and the
-// same tokenizer.json give other ids (2026-11-28: NFC without the stream-safe limit). Model
+// same tokenizer.json give other ids (2026-11-28: NFC without the stream-safe limit; 2026-11-28.2: also where the marks come from
+// decompositions). Model
 // fingerprints hash it, as they hash the tokenizer.json, so that the proxy's score cache does not
 // serve scores of one tokenization for another.
-const Version = "2026-11-28"
+const Version = "2026-11-28.2"
 
-// markRunLimit is the longest run of combining marks (non-starters) left to x/text's NFC. Past 30
-// in its decomposed form, x/text applies Unicode's Stream-Safe Text Format (UAX #15): it inserts
-// U+034F COMBINING GRAPHEME JOINER and orders the marks only within each chunk of 30. Hugging
-// Face's normalizer does neither, so "a" + 31 × U+0301 gave 33 ids instead of its 31. Runs of
-// more raw marks than this (with room for a few more from decompositions) take nfcUnbounded.
-const markRunLimit = 24
-
-// nfc is the NFC form of s as Hugging Face's normalizer gives it: x/text's, except for text with a
-// long run of combining marks.
+// nfc is the NFC form of s as Hugging Face's normalizer gives it: x/text's, except where x/text
+// applied Unicode's Stream-Safe Text Format (UAX #15). Past 30 non-starters in a run's decomposed
+// form it inserts U+034F COMBINING GRAPHEME JOINER and orders the marks only within each chunk of
+// 30; Hugging Face's normalizer does neither ("a" + 31 × U+0301: 33 ids instead of its 31). The
+// insertion is detected in the result rather than predicted from the input: a count of raw marks
+// misses characters that decompose into several (U+0344) or that are starters decomposing into
+// marks (U+0F73).
 func nfc(s string) string {
-	if !hasLongMarkRun(s) {
-		return norm.NFC.String(s)
+	out := norm.NFC.String(s)
+	if strings.Contains(out, cgj) && strings.Count(out, cgj) != strings.Count(s, cgj) {
+		return nfcUnbounded(s)
 	}
-	return nfcUnbounded(s)
+	return out
 }
 
-// hasLongMarkRun reports whether s has more than markRunLimit consecutive runes of non-zero
-// canonical combining class.
-func hasLongMarkRun(s string) bool {
-	run := 0
-	for i := 0; i < len(s); {
-		p := norm.NFD.PropertiesString(s[i:])
-		if p.CCC() != 0 {
-			if run++; run > markRunLimit {
-				return true
-			}
-		} else {
-			run = 0
-		}
-		i += max(p.Size(), 1)
-	}
-	return false
-}
+// cgj is U+034F COMBINING GRAPHEME JOINER, what the stream-safe format inserts.
+const cgj = "\u034f"
 
 // nfcUnbounded is Unicode's NFC without the stream-safe limit: full canonical decomposition, the
 // canonical ordering of every run of non-starters (a stable sort by combining class), then
 // canonical composition, each character composed with the last starter unless a character
 // between them blocks it (class 0, or a class at least its own). A pair's primary composite is
 // what x/text's NFC makes of the two alone (a two-character string is far inside its limit).
+//
+// Bytes that are not UTF-8 are kept as they are (as x/text's NFC and the rest of the tokenizer
+// keep them, byte-level): each valid stretch between them is normalised on its own.
 func nfcUnbounded(s string) string {
+	if utf8.ValidString(s) {
+		return nfcUnboundedValid(s)
+	}
+	var b strings.Builder
+	for s != "" {
+		i := 0
+		for i < len(s) {
+			r, w := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && w == 1 {
+				break
+			}
+			i += w
+		}
+		b.WriteString(nfcUnboundedValid(s[:i]))
+		if i < len(s) {
+			b.WriteByte(s[i])
+			i++
+		}
+		s = s[i:]
+	}
+	return b.String()
+}
+
+// nfcUnboundedValid is nfcUnbounded of valid UTF-8.
+func nfcUnboundedValid(s string) string {
 	var rs []rune
 	for _, r := range s {
 		rs = append(rs, []rune(norm.NFD.String(string(r)))...)

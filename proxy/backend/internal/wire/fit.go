@@ -7,6 +7,8 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"golang.org/x/text/unicode/norm"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
@@ -67,9 +69,11 @@ func fit(node string, req *relevancev1.ScoreBatchRequest, limits backend.Limits)
 	changed := false
 	for i, it := range req.GetItems() {
 		var toks []int32
-		// A token is at least one byte: a document of no more bytes than the budget fits
-		// without being encoded (most of them, at a server limit of hundreds of tokens).
-		if len(it.GetText())+1 > budget {
+		// A token is at least one byte of the normalised text: a document already in NFC of no
+		// more bytes than the budget fits without being encoded (most of them, at a server
+		// limit of hundreds of tokens). NFC can grow text (U+FB2C: 3 bytes, 6 after), so one
+		// that is not in NFC is encoded.
+		if len(it.GetText())+1 > budget || !norm.NFC.IsNormalString(it.GetText()) {
 			toks = tok.EncodePlain(" " + it.GetText())
 		}
 		if len(toks) <= budget {
