@@ -4,11 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"time"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/prompt"
@@ -298,22 +295,6 @@ func DefaultConfig() Config {
 		SLO:              500 * time.Millisecond,
 		OnPartialFailure: PartialFail,
 	}
-}
-
-// LoadConfig reads a YAML file over DefaultConfig and validates it.
-func LoadConfig(path string) (Config, error) {
-	cfg := DefaultConfig()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return cfg, fmt.Errorf("load proxy config: %w", err)
-	}
-	if err := yaml.Unmarshal(b, &cfg); err != nil {
-		return cfg, fmt.Errorf("load proxy config %s: %w", path, err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("load proxy config %s: %w", path, err)
-	}
-	return cfg, nil
 }
 
 // Validate checks every field; errors name the field and the bad value.

@@ -166,6 +166,11 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 	for _, o := range dispatch.LoserOutcomes {
 		m.losersKept.WithLabelValues(o)
 	}
+	for _, k := range dispatch.CopyKinds {
+		for _, r := range dispatch.CopyRefusals {
+			m.copiesRefused.WithLabelValues(k, r)
+		}
+	}
 	return m, nil
 }
 

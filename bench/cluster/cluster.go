@@ -35,6 +35,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/relevance-scoring/relevance/internal/fakerank"
+	"github.com/relevance-scoring/relevance/internal/yamlconf"
 	"github.com/relevance-scoring/relevance/proxy"
 	"github.com/relevance-scoring/relevance/proxy/backend"
 )
@@ -137,9 +138,7 @@ func LoadConfig(path string) (Config, error) {
 		if err != nil {
 			return c, fmt.Errorf("load cluster config: %w", err)
 		}
-		dec := yaml.NewDecoder(strings.NewReader(string(b)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		if err := yamlconf.Decode(b, &c); err != nil {
 			return c, fmt.Errorf("load cluster config %s: %w", path, err)
 		}
 	}
@@ -229,8 +228,13 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("model.preset: must be tiny or small, got %q", c.Model.Preset)
 	}
 	for _, a := range []struct{ field, addr string }{{"proxy.http_addr", c.Proxy.HTTPAddr}, {"proxy.grpc_addr", c.Proxy.GRPCAddr}} {
-		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+		_, port, err := net.SplitHostPort(a.addr)
+		if err != nil {
 			return fmt.Errorf("%s: want host:port, got %q", a.field, a.addr)
+		}
+		if port == "0" {
+			// Readiness is polled and the examples are printed at this address.
+			return fmt.Errorf("%s: needs a fixed port (0 is not resolved), got %q", a.field, a.addr)
 		}
 	}
 	return nil

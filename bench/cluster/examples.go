@@ -20,8 +20,13 @@ const ExampleRerankBody = `{"query":"wireless noise cancelling earbuds","documen
 // scores, with usage.prompt_tokens 0 and every item cached, instead of showing a real pass.
 const SelfTestBody = `{"query":"cast iron skillet","documents":["Pre-seasoned cast iron skillet, 26 cm, oven safe","Wireless mechanical keyboard with hot-swappable switches","Enamelled cast iron casserole, 4 L","铸铁平底锅 不粘 26厘米"],"top_n":3,"return_documents":true}`
 
-// Examples returns copy-paste commands for a proxy at httpAddr and grpcAddr.
-func Examples(httpAddr, grpcAddr string) string {
+// Examples returns copy-paste commands for a proxy at httpAddr and grpcAddr whose default
+// budget is slo (0: the proxy's default, which bench load's own --slo default matches).
+func Examples(httpAddr, grpcAddr string, slo time.Duration) string {
+	load := ""
+	if slo > 0 {
+		load = " --slo " + slo.String()
+	}
 	return fmt.Sprintf(`Try it:
 
   curl -s http://%[1]s/v1/rerank -H 'Content-Type: application/json' \
@@ -33,9 +38,9 @@ func Examples(httpAddr, grpcAddr string) string {
   grpcurl -plaintext -d '{"query":"trail running shoes","items":[{"text":"Lightweight trail running shoes"},{"text":"Leather office chair"}]}' \
     %[2]s relevance.v1.Ranker/Score
 
-  bin/bench load --target http://%[1]s --duration 30s
+  bin/bench load --target http://%[1]s --duration 30s%[4]s
   curl -s http://%[1]s/v1/nodes
-`, httpAddr, grpcAddr, ExampleRerankBody)
+`, httpAddr, grpcAddr, ExampleRerankBody, load)
 }
 
 // SelfTest sends SelfTestBody to /v1/rerank and returns the reply's results, so the printed

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -22,7 +23,7 @@ func runCluster(args []string) error {
 	threads := fs.Int("threads", 0, "compute threads per real node (overrides nodes.threads)")
 	split := fs.String("split", "", "proxy split strategy: fixed or cost (overrides proxy.split)")
 	route := fs.String("route", "", "proxy routing: random, round_robin or least_loaded (overrides proxy.route)")
-	hedge := fs.Bool("hedge", false, "enable proxy hedging")
+	hedge := fs.Bool("hedge", false, "proxy hedging on or off (overrides proxy.hedge when given)")
 	selfTest := fs.Bool("self-test", true, "send a /v1/rerank request of its own (not the printed example, which it would leave in the score cache) once before printing the examples")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -34,8 +35,10 @@ func runCluster(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *emulated < 0 {
-		return fmt.Errorf("--emulated must be ≥ 0, got %d", *emulated)
+	for name, v := range map[string]int{"--emulated": *emulated, "--nodes": *nodes, "--threads": *threads} {
+		if v < 0 {
+			return fmt.Errorf("%s must be ≥ 0, got %d", name, v)
+		}
 	}
 	if *emulated > 0 {
 		cfg.Nodes.Engine = "emulated"
@@ -56,9 +59,11 @@ func runCluster(args []string) error {
 	if *route != "" {
 		cfg.Proxy.Route = *route
 	}
-	if *hedge {
-		cfg.Proxy.Hedge = true
-	}
+	fs.Visit(func(f *flag.Flag) { // given on the command line, either way, it beats the file
+		if f.Name == "hedge" {
+			cfg.Proxy.Hedge = *hedge
+		}
+	})
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -78,13 +83,24 @@ func runCluster(args []string) error {
 		return err
 	}
 	defer func() {
+		// Signals go back to their default first: a second Ctrl-C during the stop's grace
+		// periods (the proxy's, then the nodes') ends the command at once.
+		stop()
 		say("cluster: stopping…")
 		c.Stop()
 		say("cluster: stopped")
 	}()
+	// interrupted: a Ctrl-C (or SIGTERM) while starting is the user's choice, not a failure.
+	interrupted := func(err error) error {
+		if ctx.Err() != nil {
+			say("cluster: interrupted while starting")
+			return nil
+		}
+		return err
+	}
 	if !cfg.Emulated() {
 		if err := c.EnsureModel(ctx); err != nil {
-			return err
+			return interrupted(err)
 		}
 	}
 	start := time.Now()
@@ -94,11 +110,11 @@ func runCluster(args []string) error {
 	}
 	say("cluster: starting %d scorer nodes (%s; logs in %s) …", cfg.Nodes.Count, engine, cfg.LogDir)
 	if err := c.StartNodes(ctx); err != nil {
-		return fmt.Errorf("start nodes: %w", err)
+		return interrupted(fmt.Errorf("start nodes: %w", err))
 	}
 	say("cluster: nodes ready after %v: %s", time.Since(start).Round(100*time.Millisecond), strings.Join(c.NodeAddrs(), " "))
 	if err := c.StartProxy(ctx, cfg.Proxy, "proxy"); err != nil {
-		return fmt.Errorf("start proxy: %w", err)
+		return interrupted(fmt.Errorf("start proxy: %w", err))
 	}
 	say("cluster: proxy ready: HTTP %s, gRPC %s (split=%s route=%s hedge=%v)", cfg.Proxy.HTTPAddr, cfg.Proxy.GRPCAddr,
 		orDefault(cfg.Proxy.Split), orDefault(cfg.Proxy.Route), cfg.Proxy.Hedge)
@@ -111,7 +127,7 @@ func runCluster(args []string) error {
 			say("cluster: self-test /v1/rerank OK: %s", got)
 		}
 	}
-	fmt.Printf("\n%s", cluster.Examples(cfg.Proxy.HTTPAddr, cfg.Proxy.GRPCAddr))
+	fmt.Printf("\n%s", cluster.Examples(cfg.Proxy.HTTPAddr, cfg.Proxy.GRPCAddr, cfg.Proxy.SLO))
 	fmt.Fprintln(os.Stderr)
 	say("cluster: running; a node that dies is restarted; Ctrl-C stops everything.")
 	return c.Supervise(ctx)

@@ -48,8 +48,8 @@ func TestServeConfig(t *testing.T) {
 			args: []string{"--engine", "real", "--model", "models/small"},
 			want: func() node.Config { c := node.Default(); c.Model = "models/small"; return c }(),
 		},
-		{name: "invalid after flags", args: []string{"--config", file, "--engine", "gpu"}, wantErr: "scorer.engine"},
-		{name: "real without model", args: nil, wantErr: "scorer.model: required"},
+		{name: "invalid after flags", args: []string{"--config", file, "--engine", "gpu"}, wantErr: "engine: must be"},
+		{name: "real without model", args: nil, wantErr: "model: required"},
 		{name: "missing file", args: []string{"--config", filepath.Join(dir, "nope.yaml")}, wantErr: "load config"},
 		{name: "stray argument", args: []string{"--model", "m", "extra"}, wantErr: "unexpected arguments"},
 	}

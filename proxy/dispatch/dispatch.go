@@ -541,6 +541,12 @@ func (d *Dispatcher) placeRescue(ctx context.Context, kind string, exclude []*cl
 	return d.placeCopy(ctx, kind, exclude, b, func(l *plan.Lease) bool { return l.Finish < before })
 }
 
+// CopyKinds and CopyRefusals are the label values of Metrics.CopiesRefused (kind, reason).
+var (
+	CopyKinds    = []string{"hedge", "rescue", "slow", "stall"}
+	CopyRefusals = []string{"no_node", "deadline", "not_sooner", "budget"}
+)
+
 // placeCopy places a second copy of b (a hedge or a rescue: kind) through the placer and keeps it
 // when sooner accepts it, it can finish before the deadline and the retry budget has a token; a
 // copy refused is counted by its reason.

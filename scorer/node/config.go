@@ -1,17 +1,14 @@
 package node
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/internal/yamlconf"
 	"github.com/relevance-scoring/relevance/kernels"
 )
 
@@ -155,35 +152,40 @@ func Load(path string) (Config, error) {
 // Decode decodes YAML over c's current values (unknown keys are errors) but does not validate:
 // callers apply their overrides (flags) first, then call Validate.
 func (c *Config) Decode(b []byte) error {
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return err
-	}
-	return nil
+	return yamlconf.Decode(b, c)
 }
 
-// Validate reports the first bad field, naming it and its value.
+// MinMaxTokens is the smallest max_tokens a node accepts: room for the prompt template (~75
+// tokens with the default instruction), a query and a document.
+const MinMaxTokens = 128
+
+// Validate reports every bad field, each naming the key (as the file spells it) and its value.
 func (c *Config) Validate() error {
+	var errs []error
 	for _, a := range []struct{ name, v string }{{"grpc_addr", c.GRPCAddr}, {"http_addr", c.HTTPAddr}} {
 		if _, _, err := net.SplitHostPort(a.v); err != nil {
-			return fmt.Errorf("scorer.%s: must be host:port, got %q", a.name, a.v)
+			errs = append(errs, fmt.Errorf("%s: must be host:port, got %q", a.name, a.v))
 		}
 	}
 	switch c.Engine {
 	case EngineReal:
 		if c.Model == "" {
-			return errors.New(`scorer.model: required with engine "real", got ""`)
+			errs = append(errs, errors.New(`model: required with engine "real", got ""`))
 		}
 	case EngineEmulated:
 		if c.CostProfile == "" {
-			return errors.New(`scorer.cost_profile: required with engine "emulated", got ""`)
+			errs = append(errs, errors.New(`cost_profile: required with engine "emulated", got ""`))
 		}
 	default:
-		return fmt.Errorf("scorer.engine: must be %q or %q, got %q", EngineReal, EngineEmulated, c.Engine)
+		errs = append(errs, fmt.Errorf("engine: must be %q or %q, got %q", EngineReal, EngineEmulated, c.Engine))
 	}
 	if c.MergePolicy != MergeCost && c.MergePolicy != MergeFill {
-		return fmt.Errorf("scorer.merge_policy: must be %q or %q, got %q", MergeCost, MergeFill, c.MergePolicy)
+		errs = append(errs, fmt.Errorf("merge_policy: must be %q or %q, got %q", MergeCost, MergeFill, c.MergePolicy))
+	}
+	if c.MaxTokens != 0 && c.MaxTokens < MinMaxTokens {
+		// Below the template's own tokens every batch would fail, with an INVALID_ARGUMENT the
+		// proxy hands its callers as their own 422, while the node reports ready.
+		errs = append(errs, fmt.Errorf("max_tokens: must be 0 (the engine's limit) or ≥ %d (the prompt template alone takes ~75 tokens), got %d", MinMaxTokens, c.MaxTokens))
 	}
 	for _, f := range []struct {
 		name string
@@ -191,7 +193,7 @@ func (c *Config) Validate() error {
 		min  int64
 	}{
 		{"threads", int64(c.Threads), 0},
-		{"max_tokens", int64(c.MaxTokens), 0},
+
 		{"max_item_bytes", int64(c.MaxItemBytes), 1},
 		{"max_items", int64(c.MaxItems), 1},
 		{"max_batch_tokens", int64(c.MaxBatchTokens), 1},
@@ -201,7 +203,7 @@ func (c *Config) Validate() error {
 		{"memory_limit", c.MemoryLimit, -1},
 	} {
 		if f.v < f.min {
-			return fmt.Errorf("scorer.%s: must be ≥ %d, got %d", f.name, f.min, f.v)
+			errs = append(errs, fmt.Errorf("%s: must be ≥ %d, got %d", f.name, f.min, f.v))
 		}
 	}
 	for _, f := range []struct {
@@ -213,24 +215,24 @@ func (c *Config) Validate() error {
 		{"calibration_cache_max_age", c.CalibrationCacheMaxAge},
 	} {
 		if f.v < 0 {
-			return fmt.Errorf("scorer.%s: must be ≥ 0, got %v", f.name, f.v)
+			errs = append(errs, fmt.Errorf("%s: must be ≥ 0, got %v", f.name, f.v))
 		}
 	}
 	if c.MoEPolicy != "" {
 		if _, err := kernels.ParseMoEPolicy(c.MoEPolicy); err != nil {
-			return fmt.Errorf("scorer.moe_policy: %w", err)
+			errs = append(errs, fmt.Errorf("moe_policy: %w", err))
 		}
 	}
 	if err := kernels.CheckBF16Matmul(c.BF16Matmul); err != nil {
-		return fmt.Errorf("scorer.bf16_matmul: %w", err)
+		errs = append(errs, fmt.Errorf("bf16_matmul: %w", err))
 	}
 	if err := c.Cost.Validate(); err != nil {
-		return fmt.Errorf("scorer.cost: %w", err)
+		errs = append(errs, fmt.Errorf("cost: %w", err))
 	}
 	if c.Engine == EngineEmulated && c.Cost != (costmodel.Coeffs{}) {
-		return fmt.Errorf("scorer.cost: the emulated engine starts from cost_profile; got cost %+v too", c.Cost)
+		errs = append(errs, fmt.Errorf("cost: the emulated engine starts from cost_profile; got cost %+v too", c.Cost))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // maxRecvBytes is the gRPC receive limit the config implies.

@@ -116,6 +116,10 @@ func newMetrics(reg prometheus.Registerer, s *scheduler) (*metrics, error) {
 	for _, k := range []string{"prefix", "item", "reused"} {
 		m.tokens.WithLabelValues(k)
 	}
+	// Every reason from the start, so that a rate over it is 0, not absent, before the first.
+	for _, r := range []string{reasonInvalid, reasonOverloaded, reasonUnavailable, reasonCancelled, reasonDeadline, reasonForward, reasonTokenize, reasonPanic} {
+		m.errors.WithLabelValues(r)
+	}
 	for _, c := range []codes.Code{codes.OK, codes.InvalidArgument, codes.ResourceExhausted, codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Internal} {
 		m.requests.WithLabelValues(c.String())
 	}

@@ -849,7 +849,14 @@ relevance_scorer_tokens_total{kind="prefix"} 2
 relevance_scorer_tokens_total{kind="reused"} 0
 # HELP relevance_scorer_errors_total ScoreBatch failures by reason.
 # TYPE relevance_scorer_errors_total counter
+relevance_scorer_errors_total{reason="cancelled"} 0
+relevance_scorer_errors_total{reason="deadline"} 0
+relevance_scorer_errors_total{reason="forward"} 0
 relevance_scorer_errors_total{reason="invalid_argument"} 1
+relevance_scorer_errors_total{reason="panic"} 0
+relevance_scorer_errors_total{reason="queue_full"} 0
+relevance_scorer_errors_total{reason="tokenize"} 0
+relevance_scorer_errors_total{reason="unavailable"} 0
 # HELP relevance_scorer_info The loaded engine (value 1).
 # TYPE relevance_scorer_info gauge
 relevance_scorer_info{arch="Fake",dtype="f32",emulated="false",kernels="generic",model="fake",moe_policy="",node_id="n1"} 1
@@ -895,16 +902,16 @@ func TestConfig(t *testing.T) {
 		{"defaults plus model", "model: /m\n", ""},
 		{"emulated", "engine: emulated\ncost_profile: p.json\ndrain_timeout: 2s\n", ""},
 		{"unknown key", "model: /m\nbogus: 1\n", "field bogus not found"},
-		{"bad engine", "engine: gpu\n", `scorer.engine: must be "real" or "emulated", got "gpu"`},
-		{"real needs model", "engine: real\n", "scorer.model: required"},
-		{"emulated needs profile", "engine: emulated\n", "scorer.cost_profile: required"},
-		{"bad addr", "model: /m\ngrpc_addr: nope\n", `scorer.grpc_addr: must be host:port, got "nope"`},
-		{"zero items", "model: /m\nmax_items: 0\n", "scorer.max_items: must be ≥ 1, got 0"},
-		{"negative cache", "model: /m\nprefix_cache_bytes: -5\n", "scorer.prefix_cache_bytes: must be ≥ 0, got -5"},
-		{"negative calibration age", "model: /m\ncalibration_cache_max_age: -1h\n", "scorer.calibration_cache_max_age: must be ≥ 0, got -1h0m0s"},
-		{"bad policy", "model: /m\nmoe_policy: fixed:x\n", `scorer.moe_policy: moe policy "fixed:x": unknown MoE variant "x"`},
+		{"bad engine", "engine: gpu\n", `engine: must be "real" or "emulated", got "gpu"`},
+		{"real needs model", "engine: real\n", "model: required"},
+		{"emulated needs profile", "engine: emulated\n", "cost_profile: required"},
+		{"bad addr", "model: /m\ngrpc_addr: nope\n", `grpc_addr: must be host:port, got "nope"`},
+		{"zero items", "model: /m\nmax_items: 0\n", "max_items: must be ≥ 1, got 0"},
+		{"negative cache", "model: /m\nprefix_cache_bytes: -5\n", "prefix_cache_bytes: must be ≥ 0, got -5"},
+		{"negative calibration age", "model: /m\ncalibration_cache_max_age: -1h\n", "calibration_cache_max_age: must be ≥ 0, got -1h0m0s"},
+		{"bad policy", "model: /m\nmoe_policy: fixed:x\n", `moe_policy: moe policy "fixed:x": unknown MoE variant "x"`},
 		{"fixed policy", "model: /m\nmoe_policy: fixed:64\n", ""},
-		{"bad bf16 matmul", "model: /m\nbf16_matmul: fp8\n", `scorer.bf16_matmul: "fp8": want auto, widen or bf16`},
+		{"bad bf16 matmul", "model: /m\nbf16_matmul: fp8\n", `bf16_matmul: "fp8": want auto, widen or bf16`},
 		{"bf16 matmul", "model: /m\nbf16_matmul: widen\n", ""},
 	}
 	for _, tt := range tests {

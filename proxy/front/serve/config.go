@@ -6,7 +6,6 @@
 package serve
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -14,8 +13,7 @@ import (
 	"os"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
+	"github.com/relevance-scoring/relevance/internal/yamlconf"
 	"github.com/relevance-scoring/relevance/proxy"
 	"github.com/relevance-scoring/relevance/proxy/front/grpcapi"
 	"github.com/relevance-scoring/relevance/proxy/front/httpapi"
@@ -65,9 +63,7 @@ func DefaultConfig() Config {
 // silently keep its default). It does not Validate: flags may still fill in fields.
 func Parse(b []byte) (Config, error) {
 	cfg := DefaultConfig()
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+	if err := yamlconf.Decode(b, &cfg); err != nil {
 		return cfg, fmt.Errorf("parse config: %w", err)
 	}
 	return cfg, nil

@@ -1,0 +1,31 @@
+package cluster
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestConfigRejectsProxyPortZero: the proxy's addresses are polled for readiness and printed in the examples, so port 0 (which
+// the nodes accept as "pick a free port") must be refused or resolved, never polled as :0 until
+// ready_timeout (5 min by default) runs out.
+func TestConfigRejectsProxyPortZero(t *testing.T) {
+	for _, addr := range []struct{ http, grpc string }{{"127.0.0.1:0", "127.0.0.1:9090"}, {"127.0.0.1:8080", "127.0.0.1:0"}} {
+		c := Config{Proxy: Proxy{HTTPAddr: addr.http, GRPCAddr: addr.grpc}}
+		c.Defaults()
+		if err := c.Validate(); err == nil {
+			t.Errorf("proxy http_addr %s grpc_addr %s: accepted (http :0 is polled for /readyz until ready_timeout; grpc :0 is printed in the examples as is)", addr.http, addr.grpc)
+		}
+	}
+}
+
+// TestExamplesLoadCommandUsesTheClusterSLO: the printed load-test command must judge goodput by the cluster's own budget (make run: 10 s),
+// not bench load's 500 ms default, which reports 0 % goodput for a healthy CPU cluster.
+func TestExamplesLoadCommandUsesTheClusterSLO(t *testing.T) {
+	ex := Examples("127.0.0.1:8080", "127.0.0.1:9090", 10*time.Second)
+	for _, l := range strings.Split(ex, "\n") {
+		if strings.Contains(l, "bench load") && !strings.Contains(l, "--slo") {
+			t.Errorf("printed load command has no --slo: %q", strings.TrimSpace(l))
+		}
+	}
+}
