@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 type conf struct {
@@ -29,5 +30,41 @@ func TestDecodeIsStrict(t *testing.T) {
 	}
 	if err := Decode([]byte("count: 1\n---\n"), &c); err != nil {
 		t.Errorf("a trailing empty document: %v", err)
+	}
+}
+
+// TestDecodeRefusesFractionsForWholeNumbers: yaml.v3 cuts 32.9 to 32 in an int field; Decode
+// refuses it, naming the key path and the value written. Floats stay floats, durations strings.
+func TestDecodeRefusesFractionsForWholeNumbers(t *testing.T) {
+	type inner struct {
+		Items []int         `yaml:"items"`
+		Ratio float64       `yaml:"ratio"`
+		Wait  time.Duration `yaml:"wait"`
+		Limit uint32
+	}
+	type outer struct {
+		Split inner            `yaml:"split"`
+		Sizes map[string]int64 `yaml:"sizes"`
+		Ptr   *inner           `yaml:"ptr"`
+	}
+	for body, want := range map[string]string{
+		"split: {items: [1, 2.5]}\n":  "split.items[1]: want a whole number, got 2.5",
+		"sizes: {a: 0.9}\n":           "sizes.a: want a whole number, got 0.9",
+		"ptr: {limit: 1e3}\n":         "ptr.limit: want a whole number, got 1e3",
+		"split: {ratio: 0.5}\n":       "",
+		"split: {wait: 1.5s}\n":       "",
+		"split: {items: [1, 2, 3]}\n": "",
+	} {
+		var o outer
+		err := Decode([]byte(body), &o)
+		if want == "" {
+			if err != nil {
+				t.Errorf("%q: %v", body, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", body, err, want)
+		}
 	}
 }
