@@ -23,8 +23,8 @@
 	MOVL $0x3f800000, AX; VPBROADCASTD AX, Z31
 
 #define EXP(in, out, t) \
-	VMAXPS Z20, in, in \
-	VMINPS Z21, in, in \
+	VMAXPS in, Z20, in \
+	VMINPS in, Z21, in \
 	VMULPS Z22, in, t \
 	VRNDSCALEPS $0, t, t \
 	VFNMADD231PS Z23, t, in \
@@ -314,8 +314,10 @@ GLOBL laneMask<>(SB), RODATA|NOPTR, $64
 
 // EXP8(in, out, t, s) leaves exp(in) in out (in is clobbered; t and s are temporaries).
 #define EXP8(in, out, t, s) \
-	VMAXPS expLo<>(SB), in, in \
-	VMINPS expHi<>(SB), in, in \
+	VMOVUPS expLo<>(SB), t \
+	VMAXPS in, t, in \
+	VMOVUPS expHi<>(SB), t \
+	VMINPS in, t, in \
 	VMULPS expLog2e<>(SB), in, t \
 	VROUNDPS $0, t, t \
 	VFNMADD231PS expLn2Hi<>(SB), t, in \
