@@ -10,6 +10,7 @@
 package qwen
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -194,7 +195,11 @@ func (c *Config) Validate() error {
 		if rp == nil {
 			continue
 		}
-		if t := rp.RopeType + rp.Type; t != "" && t != "default" {
+		// transformers writes a legacy rope_scaling back with both spellings of its type.
+		if rp.RopeType != "" && rp.Type != "" && rp.RopeType != rp.Type {
+			return fmt.Errorf("config.json: rope scaling says rope_type %q and type %q", rp.RopeType, rp.Type)
+		}
+		if t := cmp.Or(rp.RopeType, rp.Type); t != "" && t != "default" {
 			return fmt.Errorf("config.json: rope scaling type %q is not supported (only default RoPE)", t)
 		}
 	}

@@ -210,12 +210,20 @@ func OpenDir(dir string) (*Checkpoint, error) {
 			}
 			c.byName[name] = f
 		}
-		// Tensors present in a shard but not in the index are still part of the checkpoint.
-		for _, f := range c.files {
+		// Tensors present in a shard but not in the index are still part of the checkpoint —
+		// unless two shards hold one: which copy is meant would depend on the shards' names.
+		extra := map[string]string{}
+		for i, f := range c.files {
 			for _, t := range f.header.Tensors {
-				if _, ok := c.byName[t.Name]; !ok {
-					c.byName[t.Name] = f
+				if _, indexed := idx.WeightMap[t.Name]; indexed {
+					continue
 				}
+				if other, ok := extra[t.Name]; ok {
+					c.Close()
+					return nil, fmt.Errorf("read %s: tensor %s is in both %s and %s and not in the index", idxPath, t.Name, other, names[i])
+				}
+				extra[t.Name] = names[i]
+				c.byName[t.Name] = f
 			}
 		}
 		return c, nil

@@ -12,12 +12,15 @@
 package safetensors
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"sort"
 )
 
@@ -93,9 +96,9 @@ func ParseHeader(data []byte, fileSize int64) (*Header, error) {
 	if n > uint64(len(data)-8) || int64(n)+8 > fileSize {
 		return nil, fmt.Errorf("safetensors: header length %d exceeds the file (%d bytes)", n, fileSize)
 	}
-	raw := map[string]json.RawMessage{}
-	if err := json.Unmarshal(data[8:8+n], &raw); err != nil {
-		return nil, fmt.Errorf("safetensors: header is not a JSON object: %w", err)
+	raw, err := headerEntries(data[8 : 8+n])
+	if err != nil {
+		return nil, err
 	}
 	h := &Header{DataStart: 8 + int64(n)}
 	dataLen := fileSize - h.DataStart
@@ -112,8 +115,49 @@ func ParseHeader(data []byte, fileSize int64) (*Header, error) {
 		}
 		h.Tensors = append(h.Tensors, t)
 	}
+	// No two tensors may share bytes (the safetensors library refuses such files too): two
+	// weights aliasing one range is a corrupt or hostile file, not a checkpoint.
+	byOffset := slices.Clone(h.Tensors)
+	slices.SortFunc(byOffset, func(a, b TensorInfo) int { return cmp.Or(cmp.Compare(a.Begin, b.Begin), cmp.Compare(a.End, b.End)) })
+	for i := 1; i < len(byOffset); i++ {
+		if p, t := byOffset[i-1], byOffset[i]; t.Begin < p.End {
+			return nil, fmt.Errorf("safetensors: tensors %q [%d, %d) and %q [%d, %d) overlap", p.Name, p.Begin, p.End, t.Name, t.Begin, t.End)
+		}
+	}
 	sort.Slice(h.Tensors, func(i, j int) bool { return h.Tensors[i].Name < h.Tensors[j].Name })
 	return h, nil
+}
+
+// headerEntries decodes the header's top-level object, refusing a name given twice (a map decode
+// would keep the last silently: which weight is meant would be ambiguous).
+func headerEntries(b []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	bad := func(err error) error { return fmt.Errorf("safetensors: header is not a JSON object: %w", err) }
+	if tok, err := dec.Token(); err != nil {
+		return nil, bad(err)
+	} else if tok != json.Delim('{') {
+		return nil, bad(fmt.Errorf("starts with %v", tok))
+	}
+	raw := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, bad(err)
+		}
+		name, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, bad(err)
+		}
+		if _, dup := raw[name]; dup {
+			return nil, fmt.Errorf("safetensors: header names %q twice", name)
+		}
+		raw[name] = v
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, bad(err)
+	}
+	return raw, nil
 }
 
 func parseEntry(name string, msg json.RawMessage, dataLen int64) (TensorInfo, error) {
