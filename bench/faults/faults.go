@@ -653,6 +653,9 @@ func (e *env) startLoad(ctx context.Context, rec *recorder, share float64, d tim
 		timeout = e.o.SLO
 	}
 	cfg := load.Config{Target: t, Trace: tr, Rate: rate, Duration: d, Timeout: timeout, SLO: e.o.SLO, Seed: arrivals}
+	if rt, ok := t.(*recTarget); ok {
+		cfg.Overflow = rt.overflowed
+	}
 	go func() {
 		defer close(lr.done)
 		lr.res, lr.err = load.Run(ctx, cfg)

@@ -134,6 +134,9 @@ func (r *Result) judge() {
 	if len(r.Criteria) == 0 && r.Err == "" {
 		r.Reasons = append(r.Reasons, "no pass criteria")
 	}
+	if r.HasLoad && r.Requests == 0 {
+		r.Reasons = append(r.Reasons, "no request measured")
+	}
 	for _, c := range r.Criteria {
 		v, ok := r.figure(c.Figure)
 		switch {

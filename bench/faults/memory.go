@@ -123,8 +123,9 @@ func runMemory(ctx context.Context, e *env, r *Result) error {
 	}
 	proxyBound := e.o.RSSMargin + e.o.ProxyCacheBytes
 	var start, peak, end, growth, late int64
-	worst := ""
+	worst, restarts := "", 0
 	for i, s := range nodes {
+		restarts += s.restarts
 		start, peak, end = max(start, s.start), max(peak, s.peak), max(end, s.end)
 		late = max(late, s.lateGrowth())
 		if s.growth() >= growth {
@@ -152,6 +153,10 @@ func runMemory(ctx context.Context, e *env, r *Result) error {
 	r.add("proxy_growth_mb", mb(proxy.growth()), "MB")
 	r.add("proxy_growth_second_half_mb", mb(proxy.lateGrowth()), "MB")
 	r.add("proxy_growth_bound_mb", mb(proxyBound), "MB")
+	// A node that restarted (it crashed, or was killed for memory) is judged on its new process
+	// only: its growth would be forgotten, so a restart fails the scenario itself.
+	r.add("node_restarts", float64(restarts), "")
+	r.require("node_restarts", "==", 0)
 	r.require("node_growth_mb", "<=", mb(nodeBound))
 	r.require("proxy_growth_mb", "<=", mb(proxyBound))
 	bound := fmt.Sprintf("margin %.0f MB (emulated nodes hold no KV)", mb(e.o.RSSMargin))

@@ -66,6 +66,15 @@ func (t *recTarget) Do(ctx context.Context, p load.Prepared) error {
 	return err
 }
 
+// overflowed records a request the load could not send (its in-flight cap was reached) as a
+// failed call: it is a request the cluster did not answer.
+func (t *recTarget) overflowed(p load.Prepared) {
+	now := time.Now()
+	t.r.mu.Lock()
+	t.r.calls = append(t.r.calls, call{start: now, end: now, kind: load.KindOverflow, msg: "not sent: the load's in-flight cap was reached", p: p, t: t.Target})
+	t.r.mu.Unlock()
+}
+
 // Close does nothing: the recorder closes its targets (close), after any re-sends.
 func (t *recTarget) Close() error { return nil }
 

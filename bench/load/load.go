@@ -51,6 +51,10 @@ type Config struct {
 	SLO time.Duration
 	// Seed fixes the arrival schedule (the trace has its own seed).
 	Seed uint64
+	// Overflow, when set, is called with each open-loop request not sent because MaxInFlight
+	// were outstanding (warm-up included), so that a caller recording calls at its Target sees
+	// those too.
+	Overflow func(Prepared)
 	// Progress, when set, is called about twice a second from one goroutine.
 	Progress func(Progress)
 	// NodesURL, when set, is polled (GET, JSON) every NodesEvery for per-node load.
@@ -192,6 +196,9 @@ func runOpen(ctx context.Context, cfg Config, prepared []Prepared, r *recorder, 
 		default:
 			if measured {
 				r.add(sample{at: at, items: p.items, kind: KindOverflow})
+			}
+			if cfg.Overflow != nil {
+				cfg.Overflow(p)
 			}
 			continue
 		}
