@@ -22,10 +22,10 @@ func TestConfigRejectsProxyPortZero(t *testing.T) {
 // TestExamplesLoadCommandUsesTheClusterSLO: the printed load-test command must judge goodput by the cluster's own budget (make run: 10 s),
 // not bench load's 500 ms default, which reports 0 % goodput for a healthy CPU cluster.
 func TestExamplesLoadCommandUsesTheClusterSLO(t *testing.T) {
-	ex := Examples("127.0.0.1:8080", "127.0.0.1:9090", 10*time.Second)
+	ex := Examples("127.0.0.1:8080", "127.0.0.1:9090", 10*time.Second, true)
 	for _, l := range strings.Split(ex, "\n") {
-		if strings.Contains(l, "bench load") && !strings.Contains(l, "--slo") {
-			t.Errorf("printed load command has no --slo: %q", strings.TrimSpace(l))
+		if strings.Contains(l, "bench load") && (!strings.Contains(l, "--slo 10s") || !strings.Contains(l, "--emulated")) {
+			t.Errorf("printed load command lacks --slo 10s or --emulated (its figures would be unlabelled): %q", strings.TrimSpace(l))
 		}
 	}
 }

@@ -21,11 +21,15 @@ const ExampleRerankBody = `{"query":"wireless noise cancelling earbuds","documen
 const SelfTestBody = `{"query":"cast iron skillet","documents":["Pre-seasoned cast iron skillet, 26 cm, oven safe","Wireless mechanical keyboard with hot-swappable switches","Enamelled cast iron casserole, 4 L","铸铁平底锅 不粘 26厘米"],"top_n":3,"return_documents":true}`
 
 // Examples returns copy-paste commands for a proxy at httpAddr and grpcAddr whose default
-// budget is slo (0: the proxy's default, which bench load's own --slo default matches).
-func Examples(httpAddr, grpcAddr string, slo time.Duration) string {
+// budget is slo (0: the proxy's default, which bench load's own --slo default matches), in front
+// of emulated nodes or not.
+func Examples(httpAddr, grpcAddr string, slo time.Duration, emulated bool) string {
 	load := ""
 	if slo > 0 {
 		load = " --slo " + slo.String()
+	}
+	if emulated {
+		load += " --emulated" // its figures are labelled EMULATED
 	}
 	return fmt.Sprintf(`Try it:
 

@@ -38,12 +38,16 @@ type Result struct {
 	Errors   int64            `json:"errors"`
 	ErrorsBy map[string]int64 `json:"errors_by_kind"`
 
+	// Latency of the successful requests (nearest rank).
 	P50ms  float64 `json:"p50_ms"`
 	P90ms  float64 `json:"p90_ms"`
 	P99ms  float64 `json:"p99_ms"`
 	P999ms float64 `json:"p999_ms"`
 	MaxMs  float64 `json:"max_ms"`
 	MeanMs float64 `json:"mean_ms"`
+	// P99AllMs is p99 over every measured request, each failure counted as the client's timeout
+	// (equal to P99ms when none failed).
+	P99AllMs float64 `json:"p99_all_ms"`
 
 	ThroughputRPS float64 `json:"throughput_rps"`
 	ItemsPerSec   float64 `json:"items_per_s"`
@@ -106,6 +110,10 @@ func (r *Result) Summary() string {
 	if r.OK > 0 {
 		latency = fmt.Sprintf("latency p50 %.1f ms  p90 %.1f ms  p99 %.1f ms  p99.9 %.1f ms  max %.1f ms",
 			r.P50ms, r.P90ms, r.P99ms, r.P999ms, r.MaxMs)
+		if r.Errors > 0 {
+			latency = strings.Replace(latency, "latency", "latency of the ok", 1) +
+				fmt.Sprintf("  (p99 of all, failures at the timeout: %.1f ms)", r.P99AllMs)
+		}
 	}
 	return fmt.Sprintf("requests %d  ok %d  errors %d %v\n%s\nthroughput %.2f req/s  %.1f items/s  goodput(≤%.0f ms) %.2f req/s (%.1f%%)",
 		r.Requests, r.OK, r.Errors, kinds, latency,

@@ -115,7 +115,7 @@ func TestCheckErrors(t *testing.T) {
 // TestSummaryWithSuccesses keeps the percentile line when something succeeded.
 func TestSummaryWithSuccesses(t *testing.T) {
 	r := &Result{Requests: 2, OK: 1, Errors: 1, ErrorsBy: map[string]int64{"http_504": 1}, P50ms: 12.5, P99ms: 40}
-	if s := r.Summary(); !strings.Contains(s, "latency p50 12.5 ms") || strings.Contains(s, "no successful") {
+	if s := r.Summary(); !strings.Contains(s, "latency of the ok p50 12.5 ms") || strings.Contains(s, "no successful") {
 		t.Errorf("summary:\n%s", s)
 	}
 	b, err := json.Marshal(r)

@@ -127,7 +127,7 @@ func runCluster(args []string) error {
 			say("cluster: self-test /v1/rerank OK: %s", got)
 		}
 	}
-	fmt.Printf("\n%s", cluster.Examples(cfg.Proxy.HTTPAddr, cfg.Proxy.GRPCAddr, cfg.Proxy.SLO))
+	fmt.Printf("\n%s", cluster.Examples(cfg.Proxy.HTTPAddr, cfg.Proxy.GRPCAddr, cfg.Proxy.SLO, cfg.Emulated()))
 	fmt.Fprintln(os.Stderr)
 	say("cluster: running; a node that dies is restarted; Ctrl-C stops everything.")
 	return c.Supervise(ctx)

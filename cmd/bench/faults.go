@@ -29,7 +29,7 @@ func runFaults(args []string) error {
 		"Exit status 1 when a scenario fails.")
 	nodes := fs.Int("nodes", 8, "number of scorer nodes")
 	engine := fs.String("engine", "emulated", "node engine: emulated (sleeps per --cost-profile) or real (the model and threads of --cluster-config)")
-	profile := fs.String("cost-profile", "bench/results/profile-small-auto.json", "cost profile of the emulated nodes")
+	profile := fs.String("cost-profile", "bench/results/profile-small-auto-samples.json", "cost profile of the emulated nodes (with measured samples: replayed, not the fitted formula the proxy plans with)")
 	clusterCfg := fs.String("cluster-config", "configs/local.yaml", "cluster config: bin dir, model and node threads (its ports and node count are replaced)")
 	wl := fs.String("workload", defaultCompareWorkload, "workload YAML")
 	seed := fs.Uint64("seed", 0, "first trace and arrival seed (0: the workload's)")
@@ -76,6 +76,10 @@ func runFaults(args []string) error {
 	default:
 		return fmt.Errorf("--engine must be emulated or real, got %q", *engine)
 	}
+	label := "" // each verdict line says what its nodes were
+	if ccfg.Emulated() {
+		label = "EMULATED "
+	}
 	// The proxy keeps its own defaults (or --proxy-config's); only the SLO is the suite's.
 	ccfg.Proxy = cluster.Proxy{SLO: *slo, Config: *proxyCfg}
 	ccfg.LogDir = ".cache/faults"
@@ -95,7 +99,7 @@ func runFaults(args []string) error {
 	o := faults.Options{Cluster: ccfg, Workload: spec, Seed: *seed, SLO: *slo, Timeout: *timeout, Capacity: *capacity,
 		ProbeDuration: *probeDur, ProbeConcurrency: *probeConc, Scenarios: names, Quick: *quick, RSSMargin: *rssMargin, MemoryDuration: *memDur,
 		ProxyCacheBytes: *proxyCache, PrefixCrashRealNodes: *crashNodes, Log: os.Stderr,
-		OnResult: func(r faults.Result) { fmt.Println(r.Line()) }}
+		OnResult: func(r faults.Result) { fmt.Println(label + r.Line()) }}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := faults.Run(ctx, o)

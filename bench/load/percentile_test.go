@@ -1,0 +1,64 @@
+package load
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// resultOf builds a Result from canned samples, as Run would after the load.
+func resultOf(t *testing.T, cfg Config, samples []sample) *Result {
+	t.Helper()
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	r.init()
+	for _, s := range samples {
+		r.add(s)
+	}
+	start := time.Now()
+	return r.result(cfg, start, start.Add(cfg.Duration), nil)
+}
+
+func reviewCfg(t *testing.T) Config {
+	return Config{Target: newTarget(t, "http://127.0.0.1:9/v1/rerank", 1), Trace: smallTrace(t), Rate: 10, Duration: 60 * time.Second}
+}
+
+// TestP99IsNearestRankAtSmallCounts: p99 of 188 samples by nearest rank is the 187th smallest
+// (ceil(0.99*188)), as bench faults computes it; the histogram's rounding (rank = int(q*n + 0.5))
+// gave the 186th: a value below which fewer than 99 % of the samples lie.
+func TestP99IsNearestRankAtSmallCounts(t *testing.T) {
+	for _, n := range []int{50, 120, 188, 249} {
+		var ss []sample
+		for i := 1; i <= n; i++ {
+			ss = append(ss, sample{at: time.Duration(i) * time.Millisecond, latency: time.Duration(i) * time.Millisecond})
+		}
+		res := resultOf(t, reviewCfg(t), ss)
+		want := float64((99*n + 99) / 100) // ceil(0.99 n) ms
+		if res.P99ms != want {
+			t.Errorf("n=%d: p99 %.1f ms, want the nearest-rank %v ms", n, res.P99ms, want)
+		}
+	}
+}
+
+// TestP99OfAllCountsTimedOutRequests: with 3 % of requests timed out, p99 of the successes reads
+// 10 ms; p99 of all requests, failures counted at the timeout, says 30 s.
+func TestP99OfAllCountsTimedOutRequests(t *testing.T) {
+	var ss []sample
+	for i := 0; i < 97; i++ {
+		ss = append(ss, sample{at: time.Duration(i) * 10 * time.Millisecond, latency: 10 * time.Millisecond})
+	}
+	for i := 97; i < 100; i++ {
+		ss = append(ss, sample{at: time.Duration(i) * 10 * time.Millisecond, latency: 30 * time.Second, kind: KindTimeout})
+	}
+	cfg := reviewCfg(t)
+	cfg.Timeout = 30 * time.Second
+	res := resultOf(t, cfg, ss)
+	if res.P99ms != 10 || res.P99AllMs != 30000 {
+		t.Errorf("p99 of the ok %.1f ms, of all %.1f ms; want 10 and 30000", res.P99ms, res.P99AllMs)
+	}
+	if s := res.Summary(); !strings.Contains(s, "p99 of all") {
+		t.Errorf("summary does not give p99 of all requests:\n%s", s)
+	}
+}
