@@ -15,7 +15,8 @@ import (
 // that starts at a given offset, trying the alternatives in the regex's order.
 
 // Character classes. \s is Unicode White_Space (what Oniguruma's \s means for UTF-8), which is
-// exactly Go's unicode.IsSpace; \p{L} and \p{N} are the general categories L and N.
+// exactly Go's unicode.IsSpace; \p{L} and \p{N} are the general categories L and N, of Unicode
+// 16.0 as HF has them (Go's tables are 15.0: unicode16.go adds the difference).
 const (
 	clsOther uint8 = iota
 	clsLetter
@@ -48,6 +49,10 @@ func runeClass(r rune) uint8 {
 		return clsNumber
 	case unicode.IsSpace(r):
 		return clsSpace
+	case r >= 0x1c89 && unicode.Is(unicode16Letter, r):
+		return clsLetter
+	case r >= 0x10d40 && unicode.Is(unicode16Number, r):
+		return clsNumber
 	}
 	return clsOther
 }
