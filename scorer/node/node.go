@@ -667,7 +667,7 @@ func (s *service) ScoreBatch(ctx context.Context, req *pb.ScoreBatchRequest) (*p
 		submitted = true
 		j, err := n.sched.submit(ctx, eng, g, order)
 		if err != nil {
-			n.m.errors.WithLabelValues(admitReason(err)).Inc()
+			n.m.errors.WithLabelValues(errorReason(err)).Inc()
 			return nil, err
 		}
 		select {

@@ -12,8 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/scorer"
@@ -25,10 +27,17 @@ type job struct {
 	group  *scorer.Group
 	tokens int     // prefix + item tokens: its weight in a merged pass
 	est    float64 // the cost model's estimate for the group alone at submit, seconds
+	// floor is the least the group can cost in any pass: its items alone, its prefix taken as
+	// cached or shared with another batch of the query (the submit-time deadline check).
+	floor float64
 	// seqEst is, once the job is taken into a pass, the estimated seconds from the pass's start
 	// until the job would have been answered had the pass's jobs run one after another in queue
 	// order: the baseline of its merge delay.
-	seqEst   float64
+	seqEst float64
+	// passEst is, once the job is taken into a pass, its own work in the pass as estimated: what
+	// the pass's estimate grew by when it joined (a prefix cached or computed by an earlier job
+	// of the pass not charged again). Its compute_seconds is the pass's time in that share.
+	passEst  float64
 	enqueued time.Time
 	// order is the job's place in the queue: its arrival plus the work its caller projected
 	// ahead of it (ScoreBatchRequest.queued_ahead_seconds); the queue is kept sorted by it.
@@ -173,10 +182,7 @@ func (s *scheduler) broadcastLocked() {
 func (s *scheduler) load() loadSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	run := 0.0
-	if len(s.running) > 0 {
-		run = max(0, s.runEst-s.now().Sub(s.runStart).Seconds())
-	}
+	run := s.runningLeftLocked()
 	return loadSnapshot{
 		QueuedCostSeconds:  s.queuedCost + s.fault.reportedLoad(), // a test script's phantom backlog
 		RunningCostSeconds: run,
@@ -206,10 +212,37 @@ func (s *scheduler) admit() error {
 		return errDraining
 	}
 	if n := len(s.queue) + s.admitted; n >= s.maxQueue {
-		return status.Errorf(codes.ResourceExhausted, msgQueueFull, n)
+		return s.queueFullLocked(n)
 	}
 	s.admitted++
 	return nil
+}
+
+// queueFullLocked is admit's RESOURCE_EXHAUSTED for n batches waiting, with a RetryInfo of the
+// node's backlog: the queued and running cost it reports in NodeLoad, plus the calls still
+// tokenizing at the queue's mean price. The proxy holds the node busy for it (shedHold); without
+// one it held it for the refused call's whole deadline. s.mu must be held.
+func (s *scheduler) queueFullLocked(n int) error {
+	st := status.Newf(codes.ResourceExhausted, msgQueueFull, n)
+	wait := s.queuedCost + s.runningLeftLocked() + s.fault.reportedLoad()
+	if len(s.queue) > 0 && s.admitted > 0 {
+		wait += s.queuedCost / float64(len(s.queue)) * float64(s.admitted)
+	}
+	if !(wait >= 0) {
+		return st.Err()
+	}
+	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(secondsDur(wait))}); err == nil {
+		return d.Err()
+	}
+	return st.Err()
+}
+
+// runningLeftLocked is the running pass's estimated seconds left (0 when none); s.mu must be held.
+func (s *scheduler) runningLeftLocked() float64 {
+	if len(s.running) == 0 {
+		return 0
+	}
+	return max(0, s.runEst-s.now().Sub(s.runStart).Seconds())
 }
 
 // release ends an admission that will not submit (bad input, nothing to score).
@@ -264,6 +297,24 @@ func (s *scheduler) submit(ctx context.Context, eng scorer.Engine, g *scorer.Gro
 	i := len(s.queue)
 	for i > 0 && s.queue[i-1].order.After(j.order) {
 		i--
+	}
+	// Behind the work ahead of it, even with every merge saving its fixed cost, it cannot finish
+	// in time: refused now, while the caller still has time to try another node, not when its
+	// deadline runs out in the queue. (next checks it again, priced then, when it runs.)
+	// Its floor and the floors ahead (each less the fixed cost a merge saves) are a lower bound.
+	j.floor = price(s.cost, eng, g.Features(len(g.Prefix)))
+	if dl, ok := ctx.Deadline(); ok && j.floor > 0 {
+		fixed := s.passCostLocked(eng)
+		ahead := s.runningLeftLocked()
+		for _, q := range s.queue[:i] {
+			ahead += max(0, q.floor-fixed)
+		}
+		if j.enqueued.Add(secondsDur(ahead + j.floor)).After(dl) {
+			s.broadcastLocked()
+			s.mu.Unlock()
+			return nil, status.Errorf(codes.DeadlineExceeded,
+				"batch cannot finish before its deadline: at least %.3fs of compute behind %.3fs of work ahead, %.3fs left", j.floor, ahead, dl.Sub(j.enqueued).Seconds())
+		}
 	}
 	s.queue = slices.Insert(s.queue, i, j)
 	s.queuedCost += j.est
@@ -413,7 +464,6 @@ func (s *scheduler) next(eng scorer.Engine) []*job {
 		var groups []*scorer.Group
 		var failErr []error
 		var earliest time.Time // earliest deadline among take; zero: none has one
-		var seq float64        // take's estimated seconds run one after another
 		var passEst float64    // take's estimated seconds in one pass
 		tokens := 0
 		now := s.now()
@@ -465,9 +515,11 @@ func (s *scheduler) next(eng scorer.Engine) []*job {
 			if dl, ok := j.ctx.Deadline(); ok && (earliest.IsZero() || dl.Before(earliest)) {
 				earliest = dl
 			}
+			// In queue order one after another, j would have run after the pass so far and
+			// cost what it adds to it: a prefix an earlier job computed would be found cached.
+			j.passEst = merged - passEst
+			j.seqEst = merged
 			passEst = merged
-			seq += alone
-			j.seqEst = seq
 			take = append(take, j)
 			groups = append(groups, j.group)
 			tokens += j.tokens
@@ -620,7 +672,12 @@ func (s *scheduler) runPass(eng scorer.Engine, jobs []*job) (panicked bool) {
 		}
 		switch {
 		case err == nil:
-			if total > 0 {
+			switch {
+			case est > 0:
+				// Its share of the pass's work as priced (what the proxy learns from, against
+				// features that leave out a prefix cached or computed by another job).
+				r.compute = time.Duration(float64(dur) * j.passEst / est)
+			case total > 0:
 				r.compute = time.Duration(float64(dur) * float64(j.tokens) / float64(total))
 			}
 		case j.ctx.Err() != nil:
