@@ -79,6 +79,9 @@ type BreakerConfig struct {
 type Cluster struct {
 	cfg Config
 	log *slog.Logger
+	// odd holds "addr\x00fingerprint" of every node seen serving a model other than the
+	// cluster's, warned about once each.
+	odd sync.Map
 
 	// Lookup resolves the DNS name; tests replace it before Start.
 	Lookup func(ctx context.Context, host string) ([]string, error)
@@ -304,6 +307,19 @@ func (c *Cluster) Fingerprint() string {
 		count[fp]++
 		if k := count[fp]; k > bestN || (k == bestN && fp < best) {
 			best, bestN = fp, k
+		}
+	}
+	if len(count) > 1 {
+		// A node of another model gets none of the cluster's requests: say so once, or an
+		// operator sees it healthy and idle without a word (a node started with another
+		// max_tokens, say, which the fingerprint covers).
+		for _, n := range c.Snapshot() {
+			if fp := n.Fingerprint(); fp != "" && fp != best && n.healthy.Load() {
+				if _, seen := c.odd.LoadOrStore(n.addr+"\x00"+fp, true); !seen {
+					c.log.Warn("scorer node serves another model than the cluster's: it gets none of its requests (check its model, max_tokens and dtype)",
+						"node", n.addr, "fingerprint", fp, "cluster_fingerprint", best)
+				}
+			}
 		}
 	}
 	return best

@@ -188,7 +188,7 @@ func TestVLLMScoreAPI(t *testing.T) {
 			}
 			wantReq := &relevancev1.ScoreRequest{Query: "fruit", Model: "qwen3-reranker",
 				Items: []*relevancev1.Item{{Text: "apple"}, {Text: "banana"}, {Text: "cherry"}}}
-			if d := gocmp.Diff(wantReq, e.core.last(t), protocmp.Transform()); d != "" {
+			if d := gocmp.Diff(wantReq, e.core.lastFor(t, wantReq), protocmp.Transform()); d != "" {
 				t.Errorf("request to core (-want +got):\n%s", d)
 			}
 		})

@@ -75,6 +75,27 @@ func TestErrorRepliesEchoTheRequestID(t *testing.T) {
 	}
 }
 
+// TestErrorRepliesWithoutACallerIDGetOne: a caller that sent no X-Request-Id still gets one on
+// every reply, errors included (the README promises it "either way").
+func TestErrorRepliesWithoutACallerIDGetOne(t *testing.T) {
+	core := newFakeCore()
+	e := startServer(t, DefaultConfig(), core, nil)
+	for _, c := range []struct {
+		path, body string
+		header     map[string]string
+	}{
+		{"/v1/rerank", `{"query":"q","documents":[]}`, nil},
+		{"/v2/rerank", `{"query":"q"}`, nil},
+		{"/v1/rerank", `{"query":"q","documents":["a"]}`, map[string]string{HeaderTimeout: "soon"}},
+		{"/v1/score", `not json`, nil},
+	} {
+		r := e.do(t, "POST", c.path, c.body, c.header)
+		if r.code < 400 || len(r.header.Get(HeaderRequestID)) < 16 {
+			t.Errorf("%s %s: %d with %s %q, want an error with a generated id", c.path, c.body, r.code, HeaderRequestID, r.header.Get(HeaderRequestID))
+		}
+	}
+}
+
 // TestStalledBodyHoldsOnlyWhatArrived: a client that sends the headers of an 8 MiB body and a few
 // bytes of it, then stalls, holds about what it sent, not the length its header claims (20 such
 // connections held 160 MiB when the body was made at its announced length).

@@ -484,7 +484,8 @@ func (s *Server) coreScore(ctx *fasthttp.RequestCtx, req *relevancev1.ScoreReque
 }
 
 // fromHeaders sets req's budget from X-Request-Timeout-Ms and its id from X-Request-Id (unless
-// it has one).
+// it has one), else a fresh id: the reply carries it either way, errors included, and the core
+// logs under it.
 func fromHeaders(ctx *fasthttp.RequestCtx, req *relevancev1.ScoreRequest) error {
 	if h := ctx.Request.Header.Peek(HeaderTimeout); len(h) > 0 {
 		ms, err := strconv.ParseUint(string(h), 10, 32)
@@ -495,6 +496,12 @@ func fromHeaders(ctx *fasthttp.RequestCtx, req *relevancev1.ScoreRequest) error 
 	}
 	if req.GetRequestId() == "" {
 		req.RequestId = string(ctx.Request.Header.Peek(HeaderRequestID)) // string() copies
+	}
+	if req.GetRequestId() == "" {
+		req.RequestId = freshID()
+	}
+	if len(ctx.Response.Header.Peek(HeaderRequestID)) == 0 && utf8.ValidString(req.GetRequestId()) {
+		ctx.Response.Header.Set(HeaderRequestID, req.GetRequestId())
 	}
 	return nil
 }
@@ -550,6 +557,11 @@ func (s *Server) responseID(req *relevancev1.ScoreRequest, resp *relevancev1.Sco
 	if id := req.GetRequestId(); id != "" {
 		return id
 	}
+	return freshID()
+}
+
+// freshID is a new random request id.
+func freshID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
 	return hex.EncodeToString(b[:])
@@ -663,10 +675,14 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, shape func(front.Failure) 
 	if err != nil { // strings always encode; keep a valid body regardless
 		b = []byte(`{"message":"internal error"}`)
 	}
-	// The caller's id is echoed on errors too: those are the replies it most wants to find in
-	// its logs and ours.
-	if id := ctx.Request.Header.Peek(HeaderRequestID); len(id) > 0 && utf8.Valid(id) && len(ctx.Response.Header.Peek(HeaderRequestID)) == 0 {
-		ctx.Response.Header.SetBytesV(HeaderRequestID, id)
+	// The caller's id is echoed on errors too, or a fresh one given: those are the replies it
+	// most wants to find in its logs and ours.
+	if len(ctx.Response.Header.Peek(HeaderRequestID)) == 0 {
+		if id := ctx.Request.Header.Peek(HeaderRequestID); len(id) > 0 && utf8.Valid(id) {
+			ctx.Response.Header.SetBytesV(HeaderRequestID, id)
+		} else {
+			ctx.Response.Header.Set(HeaderRequestID, freshID())
+		}
 	}
 	if f.RetryAfter > 0 {
 		// Retry-After has whole seconds only; Retry-After-Ms (as OpenAI's and Azure's APIs send
