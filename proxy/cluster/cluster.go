@@ -75,6 +75,10 @@ type BreakerConfig struct {
 	HalfOpenProbes uint32
 }
 
+// leftGrace is how long a node that left the membership keeps its connection for calls leased
+// just before it left (its last call closes it; so does Close). A variable for tests.
+var leftGrace = 2 * time.Second
+
 // Cluster is the set of scorer nodes.
 type Cluster struct {
 	cfg Config
@@ -386,7 +390,7 @@ func (c *Cluster) Status() []NodeStatus {
 			Breaker:             n.breaker.State().String(),
 			BreakerOpened:       n.transitions[gobreaker.StateOpen].Load(),
 			BreakerHalfOpened:   n.transitions[gobreaker.StateHalfOpen].Load(),
-			InflightCostSeconds: n.inflight.Load(),
+			InflightCostSeconds: n.Inflight(),
 			BacklogSeconds:      n.Load(now),
 			Coefficients:        *n.coeffs.Load(),
 			SpeedRatio:          1 / n.ownScale(c.cfg.Prior),
@@ -492,9 +496,14 @@ func (c *Cluster) setMembers(dns []string) error {
 		n.removed.Store(true)
 		n.stop()
 		c.gone = append(c.gone, n)
-		if n.calls.Load() == 0 {
-			n.closeIdle()
-		}
+		// Its connection closes once it has no call in flight — not at once: a planner that
+		// read the membership just before may still lease it and send a batch (a rolling
+		// deploy's node is alive), which a closed connection would fail for a retry.
+		time.AfterFunc(leftGrace, func() {
+			if n.calls.Load() == 0 {
+				n.closeIdle()
+			}
+		})
 	}
 	var errs []error
 	for a := range want {

@@ -26,8 +26,11 @@ func startNodes(t *testing.T, n int) []string {
 }
 
 // TestMembershipChurnForgetsDrainedNodes: nodes that left and have nothing in flight are
-// forgotten, so DNS churn over a long uptime does not grow the proxy's memory.
+// forgotten once their grace for calls leased just before they left is over, so DNS churn over a
+// long uptime does not grow the proxy's memory.
 func TestMembershipChurnForgetsDrainedNodes(t *testing.T) {
+	defer func(g time.Duration) { leftGrace = g }(leftGrace)
+	leftGrace = 10 * time.Millisecond
 	addrs := startNodes(t, 1)
 	c := New(Config{DNS: "scorer.test:1", DNSInterval: time.Hour, Prior: testPrior, Forgetting: 0.99,
 		Breaker: BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}}, nil)
@@ -39,6 +42,10 @@ func TestMembershipChurnForgetsDrainedNodes(t *testing.T) {
 		if err := c.setMembers([]string{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	time.Sleep(100 * time.Millisecond) // every grace over: the next update forgets them
+	if err := c.setMembers([]string{}); err != nil {
+		t.Fatal(err)
 	}
 	c.membersMu.Lock()
 	gone := len(c.gone)

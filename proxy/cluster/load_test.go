@@ -42,7 +42,7 @@ func TestNodeLoadIsRemainingWork(t *testing.T) {
 	n.Observe(&relevancev1.ScoreBatchResponse{Load: &relevancev1.NodeLoad{QueuedCostSeconds: 0.5}}, at(0.5))
 	near("with foreign backlog", n.Load(at(0.5)), 0.5)
 	n.Settle(at(0.6), 0.2)
-	near("all settled", n.inflight.Load(), 0)
+	near("all settled", n.Inflight(), 0)
 	// An unsent lease gives its charge back.
 	n.Uncharge(n.Charge(at(0.6), 0.3))
 	near("uncharged (the foreign 0.3 s less 0.1 s drained)", n.Load(at(0.6)), 0.2)

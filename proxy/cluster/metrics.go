@@ -52,7 +52,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		if n.healthy.Load() {
 			h = 1
 		}
-		ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, n.inflight.Load(), n.addr)
+		ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, n.Inflight(), n.addr)
 		ch <- prometheus.MustNewConstMetric(descBacklog, prometheus.GaugeValue, n.Load(now), n.addr)
 		ch <- prometheus.MustNewConstMetric(descSpeed, prometheus.GaugeValue, 1/n.ownScale(c.c.cfg.Prior), n.addr)
 		ch <- prometheus.MustNewConstMetric(descCoef, prometheus.GaugeValue, co.A, n.addr, "a")

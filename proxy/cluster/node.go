@@ -44,11 +44,11 @@ type Node struct {
 	breaker       *gobreaker.TwoStepCircuitBreaker[struct{}]
 	transitions   [3]atomic.Int64 // breaker state changes, by the state entered (gobreaker.State)
 
-	healthy  atomic.Bool
-	inflight atomicFloat  // estimated seconds of this proxy's batches on the node
-	finish   atomicFloat  // projected time (clock seconds) the node is done with them
-	chargeMu sync.Mutex   // orders charge, uncharge and settle; readers use the atomics
-	settles  uint64       // Settle calls so far (under chargeMu): an Uncharge after one takes back less
+	healthy atomic.Bool
+	// ledger is this proxy's work on the node (ledger), replaced whole under chargeMu, so that a
+	// reader never sees a batch counted in flight with a finish that does not count it yet.
+	ledger   atomic.Pointer[ledger]
+	chargeMu sync.Mutex   // orders charge, uncharge and settle
 	calls    atomic.Int64 // this proxy's calls in flight (for draining on removal)
 	ext      atomic.Pointer[extLoad]
 	coeffs   atomic.Pointer[costmodel.Coeffs]
@@ -180,17 +180,44 @@ func (n *Node) init(cfg Config, onState func(addr string, to gobreaker.State)) {
 // stalled or slowed node looks busier the longer it stalls instead of looking free — which would
 // make least-loaded routing pour work into it.
 func (n *Node) Load(now time.Time) float64 {
-	l := n.Ahead(now)
-	if l < 0 {
-		l = 0
-		if n.inflight.Load() > 0 {
-			l = clock(now) - n.finish.Load()
-		}
-	}
+	return n.book().ahead(clock(now)) + n.extLeft(now)
+}
+
+// extLeft is what is left at now of the backlog the node last reported that is not this proxy's.
+func (n *Node) extLeft(now time.Time) float64 {
 	if e := n.ext.Load(); e != nil {
-		l += math.Max(0, e.seconds-now.Sub(e.at).Seconds())
+		return math.Max(0, e.seconds-now.Sub(e.at).Seconds())
 	}
-	return l
+	return 0
+}
+
+// book is the node's ledger (an empty one before the first charge).
+func (n *Node) book() *ledger {
+	if l := n.ledger.Load(); l != nil {
+		return l
+	}
+	return &ledger{}
+}
+
+// ledger is this proxy's work on a node at one moment. Immutable once published.
+type ledger struct {
+	finish   float64 // projected time (clock seconds) the node is done with the batches out
+	inflight float64 // their predicted seconds
+	out      int     // how many: none out means idle, whatever float residue inflight keeps
+	charges  uint64  // Charge calls so far: an Uncharge after a later one takes back less
+	settles  uint64  // Settle calls so far: likewise
+}
+
+// ahead is the work this proxy has on the node, seen at clock c: the time to its projected
+// finish, or, with batches out past it, how late they are (see Load).
+func (l *ledger) ahead(c float64) float64 {
+	if d := l.finish - c; d >= 0 {
+		return d
+	}
+	if l.out > 0 {
+		return c - l.finish
+	}
+	return 0
 }
 
 // clockEpoch makes clock readings small floats (full precision) on the monotonic clock.
@@ -208,24 +235,30 @@ func clock(t time.Time) float64 { return t.Sub(clockEpoch).Seconds() }
 //
 // It returns the charge, for Uncharge: how far it moved the projected finish (predicted, plus the
 // lateness it began to count, or the idle gap it skipped).
+//
+// The charge's Start is the node's load when it was charged (as Load would have said just
+// before), read under the same lock: two placements at one moment are queued one behind the
+// other, never both promised the node's current backlog.
 func (n *Node) Charge(now time.Time, predicted float64) Charge {
 	n.chargeMu.Lock()
 	defer n.chargeMu.Unlock()
-	c, f := clock(now), n.finish.Load()
-	base := math.Max(f, c)
-	if f < c && n.inflight.Load() > 0 {
-		base = c + (c - f)
-	}
-	n.inflight.Add(predicted)
-	n.finish.Store(base + predicted)
-	return Charge{predicted: predicted, moved: base + predicted - f, settles: n.settles}
+	c, l := clock(now), n.book()
+	start := l.ahead(c)
+	base := c + start
+	next := &ledger{finish: base + predicted, inflight: l.inflight + predicted, out: l.out + 1, charges: l.charges + 1, settles: l.settles}
+	n.ledger.Store(next)
+	return Charge{predicted: predicted, moved: next.finish - l.finish, start: start + n.extLeft(now), charges: next.charges, settles: l.settles}
 }
 
 // Charge is one batch's charge to a node's load (Node.Charge), kept to be taken back.
 type Charge struct {
 	predicted, moved float64
-	settles          uint64 // the node's Settle count when charged
+	start            float64 // the node's load when charged
+	charges, settles uint64  // the node's Charge and Settle counts when charged
 }
+
+// Start is the node's load, in seconds from the charge, ahead of the charged batch.
+func (c Charge) Start() float64 { return c.start }
 
 // Uncharge takes back a charge whose batch was never sent: its predicted cost from the work in
 // flight, and from the projected finish what the charge moved it by. Taking back predicted
@@ -233,16 +266,28 @@ type Charge struct {
 // the node looked as if draining (its load falling, its batches "within schedule") each time a
 // plan placed on it was refused. When another batch settled since the charge, Settle has
 // rebuilt the finish from the work in flight, this charge's cost included and its lateness not:
-// then the cost alone comes off.
+// then the cost alone comes off. So it does when another batch was charged since: that charge
+// began from the finish this one had moved, so the idle gap or lateness this one counted is
+// now the later batch's start (taken off, an idle node charged twice and given one lease back
+// looked late by its whole idle time).
 func (n *Node) Uncharge(c Charge) {
 	n.chargeMu.Lock()
 	defer n.chargeMu.Unlock()
-	n.inflight.Add(-c.predicted)
+	l := n.book()
 	back := c.moved
-	if n.settles != c.settles {
+	if l.settles != c.settles || l.charges != c.charges {
 		back = c.predicted
 	}
-	n.finish.Store(n.finish.Load() - back)
+	n.ledger.Store(l.without(c.predicted, l.finish-back))
+}
+
+// without is l less one batch of predicted seconds, with finish as its projected finish.
+func (l *ledger) without(predicted, finish float64) *ledger {
+	next := &ledger{finish: finish, inflight: l.inflight - predicted, out: max(l.out-1, 0), charges: l.charges, settles: l.settles}
+	if next.out == 0 {
+		next.inflight = 0 // no float residue of many charges and settles left counting as work
+	}
+	return next
 }
 
 // Settle releases a batch whose call has returned (answered, failed or cancelled) and
@@ -251,15 +296,17 @@ func (n *Node) Uncharge(c Charge) {
 // noise does not accumulate in its projection and every reply corrects it.
 func (n *Node) Settle(now time.Time, predicted float64) {
 	n.chargeMu.Lock()
-	n.settles++
-	n.inflight.Add(-predicted)
-	n.finish.Store(clock(now) + math.Max(0, n.inflight.Load()))
-	n.chargeMu.Unlock()
+	defer n.chargeMu.Unlock()
+	l := n.book()
+	next := l.without(predicted, 0)
+	next.finish = clock(now) + math.Max(0, next.inflight)
+	next.settles++
+	n.ledger.Store(next)
 }
 
 // Ahead is how long until the node is projected to finish every batch this proxy has charged
 // it, from now: negative when the node is behind its projection (or idle).
-func (n *Node) Ahead(now time.Time) float64 { return n.finish.Load() - clock(now) }
+func (n *Node) Ahead(now time.Time) float64 { return n.book().finish - clock(now) }
 
 // Scale is the node's time for one second of reference work under ref.
 func (n *Node) Scale(ref costmodel.Coeffs) float64 { return scale(n.Coeffs(), ref) }
@@ -297,7 +344,7 @@ func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 	// false against everything (routing), or every projection NaN (admission rejects all).
 	if l := resp.GetLoad(); l != nil {
 		if rep := l.GetQueuedCostSeconds() + l.GetRunningCostSeconds(); rep >= 0 && !math.IsInf(rep, 1) {
-			n.ext.Store(&extLoad{seconds: math.Max(0, rep-n.inflight.Load()), at: now})
+			n.ext.Store(&extLoad{seconds: math.Max(0, rep-n.Inflight()), at: now})
 		}
 	}
 	if m := resp.GetModel(); m != "" {
@@ -500,7 +547,7 @@ func (n *Node) Breaker() *gobreaker.TwoStepCircuitBreaker[struct{}] { return n.b
 func (n *Node) Samples() int64 { return n.samples.Load() }
 
 // Inflight is the estimated seconds of this proxy's batches on the node.
-func (n *Node) Inflight() float64 { return n.inflight.Load() }
+func (n *Node) Inflight() float64 { return n.book().inflight }
 
 // CallStarted counts a call about to be made on the node, so that a node removed from the
 // membership keeps its connection until its calls return. It reports whether the call is alone:

@@ -178,9 +178,9 @@ func lease(n *cluster.Node, done func(error), w Work) *Lease {
 	now := time.Now()
 	f := w.On(n)
 	l := &Lease{Node: n, Done: done, Coeffs: c, Predicted: c.Seconds(f), Features: f, Samples: n.Samples()}
-	l.Start = n.Load(now)
+	l.charged = n.Charge(now, l.Predicted) // the start and the charge in one step (Node.Charge)
+	l.Start = l.charged.Start()
 	l.Finish = l.Start + l.Predicted
-	l.charged = n.Charge(now, l.Predicted)
 	l.Alone = n.CallStarted()
 	return l
 }
