@@ -304,7 +304,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("proxy.%s: %s, got %v", field, want, got))
 	}
 	if len(c.Nodes.Static) == 0 && c.Nodes.DNS == "" && len(c.Nodes.Backends) == 0 {
-		errs = append(errs, errors.New("proxy.nodes: need nodes.static, nodes.dns or nodes.backends"))
+		errs = append(errs, errors.New("proxy.nodes: need nodes.static, nodes.dns or nodes.backends (or --nodes host:port,...)"))
 	}
 	if err := registry.Validate(c.Nodes.Backends); err != nil {
 		errs = append(errs, fmt.Errorf("proxy.nodes.backends: %w", err))

@@ -82,7 +82,7 @@ func serveConfig(args []string) (node.Config, error) {
 	nodeID := fs.String("node-id", "", "node id in replies and logs (default host:grpc-port)")
 	engine := fs.String("engine", "", "engine: real (load --model) or emulated (sleep per --cost-profile)")
 	modelDir := fs.String("model", "", "Hugging Face checkpoint folder (engine real); a name for engine emulated")
-	costProfile := fs.String("cost-profile", "", "cost profile JSON written by `bench calibrate` (engine emulated)")
+	costProfile := fs.String("cost-profile", "", "cost profile JSON written by 'bench calibrate' (engine emulated)")
 	threads := fs.Int("threads", 0, "forward-pass threads (0: GOMAXPROCS)")
 	maxTokens := fs.Int("max-tokens", 0, "longest prompt in tokens (0: the engine's limit)")
 	moePolicy := fs.String("moe-policy", "", "MoE kernel policy: threshold, auto or fixed:<blockM>")

@@ -10,15 +10,20 @@ import (
 	"path/filepath"
 )
 
-// Write creates or replaces path with what write writes. On any error nothing replaces path and
-// the temporary file is removed.
+// Write creates or replaces path with what write writes, readable by all (0644), as
+// os.WriteFile's files usually are: CreateTemp makes its files 0600, and a checkpoint written
+// by one user or container could not be read by nodes running as another. On any error nothing
+// replaces path and the temporary file is removed.
 func Write(path string, write func(io.Writer) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
-	err = write(f)
+	err = f.Chmod(0o644)
+	if err == nil {
+		err = write(f)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

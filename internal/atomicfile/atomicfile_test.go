@@ -36,3 +36,20 @@ func TestWriteReplacesWholeOrNothing(t *testing.T) {
 		t.Errorf("folder holds %d entries, want the file alone", len(es))
 	}
 }
+
+// TestWrittenFileIsReadableByAll: a file written here (a generated checkpoint, a calibration
+// cache) is 0644 like os.WriteFile's, not CreateTemp's 0600, so that nodes running as another
+// user can read it.
+func TestWrittenFileIsReadableByAll(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "model.safetensors")
+	if err := Write(path, func(w io.Writer) error { _, err := w.Write([]byte("x")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v, want -rw-r--r--", fi.Mode().Perm())
+	}
+}

@@ -47,9 +47,11 @@ type teiRequest struct {
 	TruncationDirection *string      `json:"truncation_direction"`
 	RawScores           *bool        `json:"raw_scores"`
 	ReturnText          *bool        `json:"return_text"`
-	// Extensions, as on the other rerank routes.
+	// Extensions, as on the other rerank routes (TEI serves one model and has no model field;
+	// a client that sends one gets the model check every route applies).
 	Instruction string `json:"instruction"`
 	Cache       *bool  `json:"cache"`
+	Model       string `json:"model"`
 }
 
 // teiVocabulary names the core's fields as TEI's clients know them.
@@ -176,7 +178,7 @@ func parseTEI(body []byte, maxItems int) (*relevancev1.ScoreRequest, []string, t
 	if err != nil {
 		return nil, nil, tr, err
 	}
-	req := &relevancev1.ScoreRequest{Query: *tr.Query, Instruction: tr.Instruction, Items: items,
+	req := &relevancev1.ScoreRequest{Query: *tr.Query, Instruction: tr.Instruction, Items: items, Model: tr.Model,
 		Options: &relevancev1.ScoreOptions{Truncation: trunc, NoCache: tr.Cache != nil && !*tr.Cache}}
 	return req, texts, tr, nil
 }

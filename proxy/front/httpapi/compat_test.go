@@ -100,6 +100,17 @@ func TestTEIRerankBodyGetsTEIsReply(t *testing.T) {
 }
 
 // TestTEIErrorsSpeakTEI: a TEI body's errors come in TEI's shape ({"error", "error_type"}) and
+// TestTEIBodyModelGoesToTheModelCheck: a TEI body that names a model gets the model check every
+// route applies (it was dropped, and "gpt" was scored by the served model).
+func TestTEIBodyModelGoesToTheModelCheck(t *testing.T) {
+	core := newFakeCore()
+	e := startServer(t, DefaultConfig(), core, nil)
+	e.do(t, "POST", "/rerank", `{"model":"gpt","query":"q","texts":["a"]}`, nil)
+	if got := core.last(t).GetModel(); got != "gpt" {
+		t.Errorf("core got model %q from a TEI body naming gpt", got)
+	}
+}
+
 // name TEI's fields, whether the front or the core found them.
 func TestTEIErrorsSpeakTEI(t *testing.T) {
 	e := startServer(t, DefaultConfig(), newFakeCore(), nil)

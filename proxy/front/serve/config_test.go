@@ -71,7 +71,7 @@ func TestParse(t *testing.T) {
 		edit    func(*Config)
 		wantErr string // substring of Parse's error, or of Validate's when Parse succeeds
 	}{
-		{name: "empty file is the defaults", yaml: "", wantErr: "proxy.nodes: need nodes.static, nodes.dns or nodes.backends"},
+		{name: "empty file is the defaults", yaml: "", wantErr: "proxy.nodes: need nodes.static, nodes.dns or nodes.backends (or --nodes host:port,...)"},
 		{name: "overrides", yaml: "http: {addr: 0.0.0.0:80, read_timeout: 2s}\nproxy: {nodes: {dns: scorer.ns.svc:9000}, slo: 250ms, split: {strategy: fixed}}\nlog_level: debug\n",
 			edit: func(c *Config) {
 				c.HTTP.Addr, c.HTTP.ReadTimeout = "0.0.0.0:80", 2*time.Second
