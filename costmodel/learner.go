@@ -27,6 +27,7 @@ type Learner struct {
 	lo     [3]float64 // lower clamp of each multiplier
 	lambda float64
 	m      [3]float64
+	m0     [3]float64 // the prior's multipliers
 	p      [3][3]float64
 	scale  float64 // running mean of |relative residual|
 	n      int
@@ -36,9 +37,8 @@ type Learner struct {
 }
 
 const (
-	huberK   = 1.345
-	pInit    = 100.0 // prior variance of each multiplier: weak, so small features are still learned
-	pMaxDiag = 1e4
+	huberK = 1.345
+	pInit  = 100.0 // prior variance of each multiplier: weak, so small features are still learned
 )
 
 // NewLearner starts a learner at prior with forgetting factor lambda in (0, 1].
@@ -56,6 +56,7 @@ func NewLearner(prior Coeffs, lambda float64) *Learner {
 		}
 		l.p[i][i] = pInit
 	}
+	l.m0 = l.m
 	return l
 }
 
@@ -75,6 +76,9 @@ func (l *Learner) Observe(f Features, y float64) {
 		x[i] /= y0
 	}
 	y /= y0
+	if math.IsInf(y, 0) { // an absurd time (1e308 s) over a small prediction: no information
+		return
+	}
 	pred := l.m[0]*x[0] + l.m[1]*x[1] + l.m[2]*x[2]
 	if l.levelShift(pred, y) {
 		return
@@ -87,37 +91,103 @@ func (l *Learner) Observe(f Features, y float64) {
 	l.scale = 0.9*l.scale + 0.1*math.Min(math.Abs(r), 10*l.scale)
 	l.scale = math.Max(l.scale, 0.02) // never down-weight residuals under ~3%
 
-	// Weighted RLS: K = P·x / (λ/w + xᵀ·P·x); m += K·r; P = (P − K·xᵀ·P) / λ.
+	m0, p0 := l.m, l.p // kept: an update that is not finite is undone (NaN would stay forever)
+	defer func() {
+		for i := range 3 {
+			if math.IsNaN(l.m[i]) || math.IsInf(l.m[i], 0) {
+				l.m, l.p = m0, p0
+				return
+			}
+		}
+	}()
+	// Huber RLS: the residual is clipped (ψ(r) = w·r), so one sample moves the prediction of its
+	// own shape by at most k·s whatever P is.
+	r *= w
 	var px [3]float64
 	for i := range 3 {
 		for j := range 3 {
 			px[i] += l.p[i][j] * x[j]
 		}
 	}
-	den := l.lambda / w
+	den := l.lambda
 	for i := range 3 {
 		den += x[i] * px[i]
 	}
-	var k [3]float64
 	for i := range 3 {
-		k[i] = px[i] / den
-		l.m[i] = math.Min(1e3, math.Max(l.lo[i], l.m[i]+k[i]*r))
+		l.m[i] += px[i] / den * r
 	}
 	for i := range 3 {
 		for j := range 3 {
-			l.p[i][j] = (l.p[i][j] - k[i]*px[j]) / l.lambda
+			l.p[i][j] = (l.p[i][j] - px[i]*px[j]/den) / l.lambda
 		}
 	}
+	// Stabilised forgetting: information (1−λ)·1e-6 toward the prior is added every sample, so
+	// directions the data does not excite (one batch shape, reply after reply) stay at the prior
+	// instead of P winding up and noise random-walking them (a per-coordinate cap on P, not
+	// aligned with its eigenvectors, let them drift: A to its clamp, C ×16). A larger amount
+	// biases what the data does determine.
+	l.regularise()
 	for i := range 3 {
-		if l.p[i][i] > pMaxDiag {
-			s := pMaxDiag / l.p[i][i]
-			for j := range 3 {
-				l.p[i][j] *= math.Sqrt(s)
-				l.p[j][i] *= math.Sqrt(s)
-			}
-		}
+		l.m[i] = math.Min(1e3, math.Max(l.lo[i], l.m[i]))
 	}
 	l.n++
+}
+
+// regularise adds information eps·I centred on the prior multipliers: P ← (P⁻¹ + eps·I)⁻¹,
+// m ← P·(P⁻¹·m + eps·m0).
+func (l *Learner) regularise() {
+	eps := (1 - l.lambda) * 1e-6
+	if eps <= 0 {
+		return
+	}
+	var inv [3][3]float64
+	for c := range 3 {
+		a := make([][]float64, 3)
+		for r := range 3 {
+			a[r] = append([]float64(nil), l.p[r][:]...)
+		}
+		e := make([]float64, 3)
+		e[c] = 1
+		col, ok := solve(a, e)
+		if !ok {
+			return
+		}
+		for r := range 3 {
+			inv[r][c] = col[r]
+		}
+	}
+	a := make([][]float64, 3)
+	b := make([]float64, 3)
+	for r := range 3 {
+		a[r] = make([]float64, 3)
+		for c := range 3 {
+			a[r][c] = (inv[r][c] + inv[c][r]) / 2
+			b[r] += a[r][c] * l.m[c]
+		}
+		a[r][r] += eps
+		b[r] += eps * l.m0[r]
+	}
+	aa := make([][]float64, 3)
+	for r := range 3 {
+		aa[r] = append([]float64(nil), a[r]...)
+	}
+	m, ok := solve(aa, b)
+	if !ok {
+		return
+	}
+	copy(l.m[:], m)
+	for c := range 3 {
+		aa := make([][]float64, 3)
+		for r := range 3 {
+			aa[r] = append([]float64(nil), a[r]...)
+		}
+		e := make([]float64, 3)
+		e[c] = 1
+		col, _ := solve(aa, e)
+		for r := range 3 {
+			l.p[r][c] = col[r]
+		}
+	}
 }
 
 // Samples is how many batches the learner has observed.

@@ -180,12 +180,21 @@ func (a *Admitter) Admit(p *plan.Plan, budget time.Duration) error {
 			"(deadline): send a longer deadline, or fewer or shorter items", idle*1e3, allowed*1e3)
 	}
 	st := status.New(codes.ResourceExhausted, msg)
-	delay := time.Duration(math.Max(retry, 0.01) * float64(time.Second))
+	// At least 10 ms, at most maxRetryDelay; NaN (a plan priced by a broken cost model) is the
+	// least: math.Max passes NaN, and a NaN or huge delay converted became MinInt64, a negative
+	// delay that clients honour by retrying at once.
+	if !(retry >= 0.01) {
+		retry = 0.01
+	}
+	delay := time.Duration(math.Min(retry, maxRetryDelay.Seconds()) * float64(time.Second))
 	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); err == nil {
 		st = d
 	}
 	return &Rejection{reason: reason, err: st.Err()}
 }
+
+// maxRetryDelay caps a refusal's RetryInfo delay.
+const maxRetryDelay = time.Hour
 
 // Rejection is Admit's refusal: a RESOURCE_EXHAUSTED status error (with RetryInfo) and its
 // reason. It is counted only by Count: the caller may still find a plan that fits.

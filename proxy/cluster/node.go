@@ -101,6 +101,11 @@ type Node struct {
 	stop context.CancelFunc // ends the health watch
 }
 
+// maxComputeSeconds bounds what a reply may claim for its compute or its node's backlog: a day.
+// A batch is seconds of work; an absurd finite figure (1e308 from a buggy node) would make a
+// projection overflow, and every request's admission and routing with it.
+const maxComputeSeconds = 86400
+
 // extLoad is the node's backlog that is not this proxy's, as of a reply; it drains in real time.
 type extLoad struct {
 	seconds float64
@@ -343,7 +348,7 @@ func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 	// A NaN or infinite load (a buggy node) is ignored: it would make this node's load compare
 	// false against everything (routing), or every projection NaN (admission rejects all).
 	if l := resp.GetLoad(); l != nil {
-		if rep := l.GetQueuedCostSeconds() + l.GetRunningCostSeconds(); rep >= 0 && !math.IsInf(rep, 1) {
+		if rep := l.GetQueuedCostSeconds() + l.GetRunningCostSeconds(); rep >= 0 && rep <= maxComputeSeconds {
 			n.ext.Store(&extLoad{seconds: math.Max(0, rep-n.Inflight()), at: now})
 		}
 	}
@@ -358,7 +363,7 @@ func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 	}
 	n.seed(resp.GetLoad().GetCostModel())
 	st := resp.GetStats()
-	if st == nil || !(st.GetComputeSeconds() > 0) {
+	if st == nil || !(st.GetComputeSeconds() > 0) || st.GetComputeSeconds() > maxComputeSeconds {
 		return
 	}
 	// The prefix work the node did: none when it came from its cache, else all of it less the

@@ -1,6 +1,10 @@
 package cluster
 
 import (
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
 	"github.com/relevance-scoring/relevance/costmodel"
 )
 
@@ -63,8 +67,12 @@ func (c *Cluster) priceWarming() {
 		return
 	}
 	var trusted, warming []*Node
+	now := time.Now()
 	for _, n := range c.Snapshot() {
 		if n.toWarm() == 0 {
+			if !n.healthy.Load() || n.Ejected(now) || n.stalled.Load() || n.breaker.State() == gobreaker.StateOpen {
+				continue // not taking traffic: its model is no peer's price
+			}
 			trusted = append(trusted, n)
 		} else {
 			warming = append(warming, n)

@@ -6,7 +6,10 @@
 // Pickers never block and must be safe for concurrent use.
 package route
 
-import "math/rand/v2"
+import (
+	"math"
+	"math/rand/v2"
+)
 
 // Candidates is the proxy's view of the nodes a batch may go to. Load reads a node's outstanding
 // estimated work in seconds (an atomic read: cheap, and possibly stale by the time it returns).
@@ -66,7 +69,15 @@ func (c Costs) BaseCost(i int) float64 { return c.Costs[i] }
 // above, the power of two choices (Mitzenmacher): two distinct random indices, the lesser wins (a
 // random one on a tie), which keeps picks O(1) and avoids every proxy herding onto the same node.
 // It returns -1 for n = 0.
-func ArgMin(n int, f func(i int) float64, rnd Rand, fullScanMax int) int {
+func ArgMin(n int, raw func(i int) float64, rnd Rand, fullScanMax int) int {
+	// A NaN (a node priced by a broken cost model) compares false with everything: first, it
+	// would have won every scan. It counts as +Inf, the last choice.
+	f := func(i int) float64 {
+		if v := raw(i); v == v {
+			return v
+		}
+		return math.Inf(1)
+	}
 	switch {
 	case n == 0:
 		return -1

@@ -1,0 +1,39 @@
+package costmodel
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// Every reply has the same shape (one batch, fixed item lengths: tokens, pairs and batches are
+// collinear). The split between a, b and c is then unidentifiable and must stay at the prior;
+// only the level of that shape is learned. The prior is the truth here.
+func TestLearnerUnexcitedDirectionsStayAtPriorUnderFixedShape(t *testing.T) {
+	truth := Coeffs{A: 6e-5, B: 1e-9, C: 4e-3}
+	fixed := BatchFeatures(64, []int{200, 200, 200, 200}, false)
+	big := BatchFeatures(4000, []int{4000, 4000, 4000, 4000, 4000, 4000, 4000, 4000}, false)
+	r := rand.New(rand.NewPCG(1, 2))
+	l := NewLearner(truth, 0.99)
+	for range 5000 {
+		l.Observe(fixed, truth.Seconds(fixed)*math.Exp(0.05*r.NormFloat64()))
+	}
+	rel := func(f Features) float64 { return l.Coeffs().Seconds(f) / truth.Seconds(f) }
+	if g := rel(fixed); math.Abs(g-1) > 0.05 {
+		t.Errorf("the trained shape itself priced at %.3f× its time", g)
+	}
+	if g := rel(big); math.Abs(g-1) > 0.25 {
+		t.Errorf("a large batch priced at %.3f× its time (coeffs %+v, prior = truth %+v)", g, l.Coeffs(), truth)
+	}
+}
+
+// Huber weights promise that one GC pause moves the estimate by a bounded amount. On a fresh
+// learner (a node just seeded, or just after a level shift reset P) it does not.
+func TestLearnerOneOutlierOnFreshLearnerMovesEstimateBoundedly(t *testing.T) {
+	prior := Coeffs{A: 6e-5, B: 1e-9, C: 4e-3}
+	l := NewLearner(prior, 0.99)
+	l.Observe(RefFeatures, prior.Seconds(RefFeatures)*300) // one 300× stall
+	if g := l.Coeffs().Seconds(RefFeatures) / prior.Seconds(RefFeatures); g > 2 {
+		t.Errorf("one outlier made the node %.1f× dearer (coeffs %+v)", g, l.Coeffs())
+	}
+}
