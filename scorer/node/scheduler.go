@@ -182,7 +182,7 @@ func (s *scheduler) broadcastLocked() {
 func (s *scheduler) load() loadSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	run := s.runningLeftLocked()
+	run := s.runningExpectedLocked()
 	return loadSnapshot{
 		QueuedCostSeconds:  s.queuedCost + s.fault.reportedLoad(), // a test script's phantom backlog
 		RunningCostSeconds: run,
@@ -224,7 +224,7 @@ func (s *scheduler) admit() error {
 // one it held it for the refused call's whole deadline. s.mu must be held.
 func (s *scheduler) queueFullLocked(n int) error {
 	st := status.Newf(codes.ResourceExhausted, msgQueueFull, n)
-	wait := s.queuedCost + s.runningLeftLocked() + s.fault.reportedLoad()
+	wait := s.queuedCost + s.runningExpectedLocked() + s.fault.reportedLoad()
 	if len(s.queue) > 0 && s.admitted > 0 {
 		wait += s.queuedCost / float64(len(s.queue)) * float64(s.admitted)
 	}
@@ -237,7 +237,19 @@ func (s *scheduler) queueFullLocked(n int) error {
 	return st.Err()
 }
 
-// runningLeftLocked is the running pass's estimated seconds left (0 when none); s.mu must be held.
+// runningExpectedLocked is how long the running pass is expected to take still (0 when none):
+// its estimate less its time so far, or, past its estimate, how far past (a pass overrun by d
+// needs about d more, as the proxy reads a late batch). What the node reports as running work:
+// at 0, a stalled or slow pass would show the node as free. s.mu must be held.
+func (s *scheduler) runningExpectedLocked() float64 {
+	if len(s.running) == 0 {
+		return 0
+	}
+	return math.Abs(s.runEst - s.now().Sub(s.runStart).Seconds())
+}
+
+// runningLeftLocked is the running pass's estimated seconds left (0 when none, or when it has
+// run past its estimate): a lower bound, for the deadline check at submit. s.mu must be held.
 func (s *scheduler) runningLeftLocked() float64 {
 	if len(s.running) == 0 {
 		return 0

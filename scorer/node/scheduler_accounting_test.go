@@ -231,3 +231,22 @@ func TestQueueFullSaysWhenTheBacklogClears(t *testing.T) {
 		}
 	}
 }
+
+// TestOverrunningPassStillCountsAsRunningWork: a pass that runs past its estimate (a stall, a
+// slow pass) is reported as running work by how far past it is, not as done: at 0 the proxy's
+// view of the node's backlog showed it free while it was stuck.
+func TestOverrunningPassStillCountsAsRunningWork(t *testing.T) {
+	f := newFake()
+	h, first := hold(t, testConfig(), f)
+	h.n.sched.mu.Lock()
+	est := h.n.sched.runEst
+	h.n.sched.mu.Unlock()
+	time.Sleep(secondsDur(est) + 80*time.Millisecond)
+	if l := h.n.sched.load(); l.RunningCostSeconds < 0.05 {
+		t.Errorf("a pass %.0f ms past its %.3f s estimate reported %.3f s of running work", 80.0, est, l.RunningCostSeconds)
+	}
+	close(f.release)
+	if r := <-first; r.err != nil {
+		t.Error(r.err)
+	}
+}
