@@ -34,6 +34,9 @@ type Learner struct {
 	// shift detects a change of level (shift.go): the last few samples' ratios of measured to
 	// predicted time, while they all point the same way.
 	shift []float64
+	// pass is the pass of the sample being observed (ObservePass; 0: its own), shiftPass that of
+	// the last sample counted in shift.
+	pass, shiftPass uint64
 }
 
 const (
@@ -63,6 +66,16 @@ func NewLearner(prior Coeffs, lambda float64) *Learner {
 // Coeffs is the current estimate.
 func (l *Learner) Coeffs() Coeffs {
 	return Coeffs{A: l.basis[0] * l.m[0], B: l.basis[1] * l.m[1], C: l.basis[2] * l.m[2]}
+}
+
+// ObservePass is Observe for a batch that ran in forward pass pass (0: a pass of its own): the
+// batches of one pass count as one piece of evidence of a level shift. A node splits a merged
+// pass's time among its batches, so one stalled pass of three gave three slow replies in a row —
+// a "shift" that made the node 20× dearer.
+func (l *Learner) ObservePass(f Features, y float64, pass uint64) {
+	l.pass = pass
+	l.Observe(f, y)
+	l.pass = 0
 }
 
 // Observe learns from one batch that took y seconds of compute.

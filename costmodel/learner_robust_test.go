@@ -37,3 +37,28 @@ func TestLearnerOneOutlierOnFreshLearnerMovesEstimateBoundedly(t *testing.T) {
 		t.Errorf("one outlier made the node %.1f× dearer (coeffs %+v)", g, l.Coeffs())
 	}
 }
+
+// TestLevelShiftNotTriggeredByOneStalledMergedPass: the three batches of one merged pass that hit
+// a 20× stall are one piece of evidence, not a run of three: the node is not made 20× dearer.
+// Three slow passes are a shift.
+func TestLevelShiftNotTriggeredByOneStalledMergedPass(t *testing.T) {
+	truth := Coeffs{A: 6e-5, B: 1e-9, C: 4e-3}
+	f := BatchFeatures(64, []int{200, 200, 200, 200}, false)
+	r := rand.New(rand.NewPCG(3, 4))
+	l := NewLearner(truth, 0.99)
+	for range 500 {
+		l.Observe(f, truth.Seconds(f)*math.Exp(0.05*r.NormFloat64()))
+	}
+	for range 3 {
+		l.ObservePass(f, truth.Seconds(f)*20, 42)
+	}
+	if g := l.Coeffs().Seconds(f) / truth.Seconds(f); g > 2 {
+		t.Errorf("one stalled pass left the node priced %.1f× its speed", g)
+	}
+	for pass := range uint64(3) {
+		l.ObservePass(f, truth.Seconds(f)*20, 100+pass)
+	}
+	if g := l.Coeffs().Seconds(f) / truth.Seconds(f); g < 5 {
+		t.Errorf("three slow passes in a row left the node priced %.1f× its speed; want the shift", g)
+	}
+}

@@ -29,7 +29,11 @@ func (l *Learner) levelShift(pred, y float64) bool {
 	if len(l.shift) > 0 && (l.shift[0] > 1) != (ratio > 1) {
 		l.shift = l.shift[:0] // the other way: a new run starts here
 	}
+	if l.pass != 0 && len(l.shift) > 0 && l.pass == l.shiftPass {
+		return false // another batch of the pass already counted: the same evidence
+	}
 	l.shift = append(l.shift, ratio)
+	l.shiftPass = l.pass
 	if len(l.shift) < shiftRun {
 		return false
 	}

@@ -389,8 +389,13 @@ func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 	for _, s := range resp.GetScores() {
 		f = f.Add(costmodel.ItemFeatures(int(st.GetPrefixTokens()), int(s.GetTokens())))
 	}
+	// The batches of one merged pass share its forward time: that names the pass (0: alone).
+	var pass uint64
+	if st.GetMergedBatches() > 1 {
+		pass = math.Float64bits(st.GetForwardSeconds())<<8 ^ uint64(st.GetMergedBatches())
+	}
 	n.learnMu.Lock()
-	n.learn.Observe(f, st.GetComputeSeconds())
+	n.learn.ObservePass(f, st.GetComputeSeconds(), pass)
 	c := n.learn.Coeffs()
 	n.learnMu.Unlock()
 	n.coeffs.Store(&c)
