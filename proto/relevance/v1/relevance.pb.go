@@ -485,10 +485,13 @@ type Timings struct {
 	// Node: forward-pass time attributed to the batch (max over batches on the proxy).
 	ComputeSeconds float64 `protobuf:"fixed64,4,opt,name=compute_seconds,json=computeSeconds,proto3" json:"compute_seconds,omitempty"`
 	Batches        uint32  `protobuf:"varint,5,opt,name=batches,proto3" json:"batches,omitempty"`
-	Retries        uint32  `protobuf:"varint,6,opt,name=retries,proto3" json:"retries,omitempty"`
-	Hedges         uint32  `protobuf:"varint,7,opt,name=hedges,proto3" json:"hedges,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Batches sent again to another node after a failure.
+	Retries uint32 `protobuf:"varint,6,opt,name=retries,proto3" json:"retries,omitempty"`
+	// Second copies of a batch sent while its first call was still out: hedges (after the hedging
+	// delay) and rescues (a straggler past its projected finish, or on a node found stalled).
+	Hedges        uint32 `protobuf:"varint,7,opt,name=hedges,proto3" json:"hedges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Timings) Reset() {
