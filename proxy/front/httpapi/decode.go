@@ -206,6 +206,11 @@ func decodeScore(body []byte, maxItems int) (*relevancev1.ScoreRequest, error) {
 	if maxItems > 0 && topLevelArrayLen(body, "items", maxItems+1) > maxItems {
 		return nil, unacceptable("items", "more than %d items, limit %d", maxItems, maxItems)
 	}
+	// Unknown fields are ignored (proto3 JSON's forward compatibility), but the rerank routes'
+	// cache switch is refused: a caller who carried it over would get cached scores, silently.
+	if hasKey(body, "cache") {
+		return nil, unacceptable("cache", `is not a /v1/score field: send "options": {"no_cache": true} to bypass the score cache`)
+	}
 	req := &relevancev1.ScoreRequest{}
 	if scoreStrict.Unmarshal(body, req) == nil {
 		return req, nil

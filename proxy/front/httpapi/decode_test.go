@@ -78,6 +78,8 @@ func TestScoreDecodeErrorsNameTheField(t *testing.T) {
 		{"top_n fractional", `{"query":"q","items":[{"text":"a"}],"top_n":1.5}`, 400, "top_n: must be an integer in [0, 4294967295], got 1.5"},
 		{"top_n too large", `{"query":"q","items":[{"text":"a"}],"topN":5000000000}`, 400, "topN: must be an integer in [0, 4294967295], got 5000000000"},
 		{"field given twice", `{"query":"q","items":[{"text":"a"}],"top_n":1,"topN":2}`, 400, "topN: given twice"},
+		{"the rerank routes' cache switch", `{"query":"q","items":[{"text":"a"}],"cache":false}`, 422,
+			`cache: is not a /v1/score field: send "options": {"no_cache": true} to bypass the score cache`},
 		{"not an object", `[{"query":"q"}]`, 400, "request body: must be a JSON object, got array"},
 		{"unknown enum name", `{"query":"q","items":[{"text":"a"}],"options":{"truncation":"BOGUS"}}`, 422,
 			`options.truncation: unknown value "BOGUS"`},
