@@ -18,8 +18,8 @@ import (
 // s a running mean of |r|) gets weight k·s/|r| (Huber), so a GC pause or a noisy neighbour moves
 // the estimate by a bounded amount. Forgetting λ (default 0.99: ~100 batches) tracks drift; P is
 // capped so that it does not blow up while the features stop varying. Directions the data never
-// excites stay at the prior. Multipliers are clamped to [1e-3, 1e3] (to [0, 1e3] for a zero
-// prior) so predictions stay positive.
+// excites stay at the prior. Multipliers are kept at or above 1e-3 (0 for a zero prior) so
+// predictions stay positive; past 1e3 the basis moves instead (bound).
 //
 // Not safe for concurrent use: the owner guards it (the proxy per node, the scorer node for itself).
 type Learner struct {
@@ -140,10 +140,37 @@ func (l *Learner) Observe(f Features, y float64) {
 	// aligned with its eigenvectors, let them drift: A to its clamp, C ×16). A larger amount
 	// biases what the data does determine.
 	l.regularise()
-	for i := range 3 {
-		l.m[i] = math.Min(1e3, math.Max(l.lo[i], l.m[i]))
-	}
+	l.bound()
 	l.n++
+}
+
+// maxMultiplier is how far a multiplier may grow from its basis before the basis moves.
+const maxMultiplier = 1e3
+
+// bound keeps each multiplier at or above its lower clamp (predictions stay positive) and, past
+// maxMultiplier, moves the basis instead of capping it: a node seeded from a model 10⁴× too
+// cheap (a misbehaving node's report) could otherwise be learned only up to 1e3 of that, and
+// stayed priced at a tenth of its time however many replies said otherwise.
+func (l *Learner) bound() {
+	for i := range 3 {
+		if l.m[i] > maxMultiplier {
+			l.rebase(i, l.m[i])
+		}
+		l.m[i] = math.Max(l.lo[i], l.m[i])
+	}
+}
+
+// rebase multiplies coefficient i's basis by g and expresses the state in it: the multiplier,
+// the prior's, the lower clamp and the confidence (multipliers' covariance) scale by 1/g.
+func (l *Learner) rebase(i int, g float64) {
+	l.basis[i] *= g
+	l.m[i] /= g
+	l.m0[i] /= g
+	l.lo[i] /= g
+	for j := range 3 {
+		l.p[i][j] /= g
+		l.p[j][i] /= g
+	}
 }
 
 // regularise adds information eps·I centred on the prior multipliers: P ← (P⁻¹ + eps·I)⁻¹,

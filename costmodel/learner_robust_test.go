@@ -62,3 +62,19 @@ func TestLevelShiftNotTriggeredByOneStalledMergedPass(t *testing.T) {
 		t.Errorf("three slow passes in a row left the node priced %.1f× its speed; want the shift", g)
 	}
 }
+
+// TestLearnerRecoversFromAbsurdlyCheapStart: started 10⁴× too cheap (a node's report), the learner
+// reaches the truth from the replies: its multipliers move their basis past 1e3 instead of
+// stopping there (it stayed at a tenth of the time).
+func TestLearnerRecoversFromAbsurdlyCheapStart(t *testing.T) {
+	truth := Coeffs{A: 6e-5, B: 1e-9, C: 4e-3}
+	l := NewLearner(Coeffs{A: truth.A * 1e-4, B: truth.B * 1e-4, C: truth.C * 1e-4}, 0.99)
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 2000 {
+		f := BatchFeatures(20+r.IntN(200), []int{30 + r.IntN(800), 30 + r.IntN(800)}, false)
+		l.Observe(f, truth.Seconds(f))
+	}
+	if g := l.Coeffs().Seconds(RefFeatures) / truth.Seconds(RefFeatures); g < 0.5 || g > 2 {
+		t.Errorf("after 2000 true replies the node is priced at %.2g× its time", g)
+	}
+}

@@ -43,12 +43,13 @@ func (l *Learner) levelShift(pred, y float64) bool {
 	}
 	g := math.Exp(logSum / float64(len(l.shift)))
 	for i := range l.m {
-		l.m[i] = math.Min(1e3, math.Max(l.lo[i], l.m[i]*g))
+		l.m[i] *= g
 		for j := range l.p[i] {
 			l.p[i][j] = 0
 		}
 		l.p[i][i] = pInit
 	}
+	l.bound()
 	l.scale = 0.5
 	l.shift = l.shift[:0]
 	l.n++
