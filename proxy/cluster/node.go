@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -211,6 +212,17 @@ type ledger struct {
 	out      int     // how many: none out means idle, whatever float residue inflight keeps
 	charges  uint64  // Charge calls so far: an Uncharge after a later one takes back less
 	settles  uint64  // Settle calls so far: likewise
+	// stack is the charges made since the last Settle, oldest first, each with the finish before
+	// it: taking back the newest outstanding one restores the finish from before it (and before
+	// any taken back under it), exactly, in whatever order a plan's leases come back.
+	stack []pendingCharge
+}
+
+// pendingCharge is a charge made since the last Settle (ledger.stack).
+type pendingCharge struct {
+	id    uint64  // the ledger's charges count when it was made
+	prior float64 // the finish before it
+	taken bool    // given back (Uncharge)
 }
 
 // ahead is the work this proxy has on the node, seen at clock c: the time to its projected
@@ -250,45 +262,66 @@ func (n *Node) Charge(now time.Time, predicted float64) Charge {
 	c, l := clock(now), n.book()
 	start := l.ahead(c)
 	base := c + start
-	next := &ledger{finish: base + predicted, inflight: l.inflight + predicted, out: l.out + 1, charges: l.charges + 1, settles: l.settles}
+	next := &ledger{finish: base + predicted, inflight: l.inflight + predicted, out: l.out + 1, charges: l.charges + 1, settles: l.settles,
+		stack: append(slices.Clip(l.stack), pendingCharge{id: l.charges + 1, prior: l.finish})}
 	n.ledger.Store(next)
-	return Charge{predicted: predicted, moved: next.finish - l.finish, start: start + n.extLeft(now), charges: next.charges, settles: l.settles}
+	return Charge{predicted: predicted, start: start + n.extLeft(now), id: next.charges, settles: l.settles}
 }
 
 // Charge is one batch's charge to a node's load (Node.Charge), kept to be taken back.
 type Charge struct {
-	predicted, moved float64
-	start            float64 // the node's load when charged
-	charges, settles uint64  // the node's Charge and Settle counts when charged
+	predicted float64
+	start     float64 // the node's load when charged
+	id        uint64  // the node's Charge count with it
+	settles   uint64  // the node's Settle count when charged
 }
 
 // Start is the node's load, in seconds from the charge, ahead of the charged batch.
 func (c Charge) Start() float64 { return c.start }
 
 // Uncharge takes back a charge whose batch was never sent: its predicted cost from the work in
-// flight, and from the projected finish what the charge moved it by. Taking back predicted
-// alone left a late node's lateness counted twice in its finish, which then lay in the future:
-// the node looked as if draining (its load falling, its batches "within schedule") each time a
-// plan placed on it was refused. When another batch settled since the charge, Settle has
-// rebuilt the finish from the work in flight, this charge's cost included and its lateness not:
-// then the cost alone comes off. So it does when another batch was charged since: that charge
-// began from the finish this one had moved, so the idle gap or lateness this one counted is
-// now the later batch's start (taken off, an idle node charged twice and given one lease back
-// looked late by its whole idle time).
+// flight and, from the projected finish, what the charge moved it by. A charge moves the finish
+// by more than its cost on a late node (the lateness it begins to count) or an idle one (the gap
+// it skips), so taking back the cost alone left a late node's lateness counted twice — it looked
+// as if draining each time a plan placed on it was refused — or an idle node late by its idle
+// time. So the newest outstanding charge restores the finish from before it (and before any
+// under it already given back: a plan's leases come back in any order); an older one, with later
+// charges begun from the finish it moved, takes back its cost, as does one from before a Settle
+// (which rebuilt the finish from the work in flight).
 func (n *Node) Uncharge(c Charge) {
 	n.chargeMu.Lock()
 	defer n.chargeMu.Unlock()
 	l := n.book()
-	back := c.moved
-	if l.settles != c.settles || l.charges != c.charges {
-		back = c.predicted
+	at := -1
+	if l.settles == c.settles {
+		at = slices.IndexFunc(l.stack, func(p pendingCharge) bool { return p.id == c.id })
 	}
-	n.ledger.Store(l.without(c.predicted, l.finish-back))
+	if at < 0 {
+		// A Settle since rebuilt the finish from the work in flight, this charge's cost with it
+		// and its lateness not: its cost alone comes off.
+		n.ledger.Store(l.without(c.predicted, l.finish-c.predicted))
+		return
+	}
+	stack := slices.Clone(l.stack)
+	stack[at].taken = true
+	finish := l.finish - c.predicted // charges made after it began from the finish it moved
+	if at == len(stack)-1 {
+		// The newest outstanding: the finish is what it was before it, and before every charge
+		// under it already given back.
+		for len(stack) > 0 && stack[len(stack)-1].taken {
+			finish = stack[len(stack)-1].prior
+			stack = stack[:len(stack)-1]
+		}
+	}
+	next := l.without(c.predicted, finish)
+	next.stack = stack
+	n.ledger.Store(next)
 }
 
 // without is l less one batch of predicted seconds, with finish as its projected finish.
 func (l *ledger) without(predicted, finish float64) *ledger {
-	next := &ledger{finish: finish, inflight: l.inflight - predicted, out: max(l.out-1, 0), charges: l.charges, settles: l.settles}
+	next := &ledger{finish: finish, inflight: l.inflight - predicted, out: max(l.out-1, 0), charges: l.charges, settles: l.settles,
+		stack: l.stack}
 	if next.out == 0 {
 		next.inflight = 0 // no float residue of many charges and settles left counting as work
 	}
@@ -306,6 +339,7 @@ func (n *Node) Settle(now time.Time, predicted float64) {
 	next := l.without(predicted, 0)
 	next.finish = clock(now) + math.Max(0, next.inflight)
 	next.settles++
+	next.stack = nil // the finish is rebuilt: charges before it take back their cost alone
 	n.ledger.Store(next)
 }
 
