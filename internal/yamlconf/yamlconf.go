@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,6 +75,18 @@ func wholeNumbers(n *yaml.Node, t reflect.Type, path string) error {
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
+			if k.ShortTag() == "!!merge" { // "<<: *anchor" or "<<: [*a, *b]": their keys are this one's
+				merged := []*yaml.Node{v}
+				if v.Kind == yaml.SequenceNode {
+					merged = v.Content
+				}
+				for _, m := range merged {
+					if err := wholeNumbers(m, t, path); err != nil {
+						return err
+					}
+				}
+				continue
+			}
 			var ft reflect.Type
 			switch t.Kind() {
 			case reflect.Struct:
@@ -96,7 +110,7 @@ func wholeNumbers(n *yaml.Node, t reflect.Type, path string) error {
 			}
 		}
 	case yaml.ScalarNode:
-		if n.ShortTag() == "!!float" && t != reflect.TypeFor[time.Duration]() {
+		if n.ShortTag() == "!!float" && t != reflect.TypeFor[time.Duration]() && !whole(n.Value) {
 			switch t.Kind() {
 			case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 				reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
@@ -105,6 +119,13 @@ func wholeNumbers(n *yaml.Node, t reflect.Type, path string) error {
 		}
 	}
 	return nil
+}
+
+// whole reports whether a YAML float is a whole number (1e9, 32.0): yaml.v3 decodes those into
+// integers exactly.
+func whole(s string) bool {
+	v, err := strconv.ParseFloat(strings.ReplaceAll(s, "_", ""), 64)
+	return err == nil && !math.IsInf(v, 0) && v == math.Trunc(v)
 }
 
 // fieldType is the type of t's field that YAML key name decodes into (yaml.v3's rule: the tag's
