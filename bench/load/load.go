@@ -364,7 +364,7 @@ func (r *recorder) result(cfg Config, start, end time.Time, nodes []NodeSample) 
 		sec := int(s.at / time.Second)
 		w := windows[sec]
 		if w == nil {
-			w = &window{h: hdrhistogram.New(1, int64(10*time.Minute/time.Microsecond), 2)}
+			w = &window{}
 			windows[sec] = w
 		}
 		if s.kind != "" {
@@ -377,7 +377,7 @@ func (r *recorder) result(cfg Config, start, end time.Time, nodes []NodeSample) 
 		items += int64(s.items)
 		okLat = append(okLat, s.latency)
 		_ = h.RecordValue(s.latency.Microseconds())
-		_ = w.h.RecordValue(s.latency.Microseconds())
+		w.lat = append(w.lat, s.latency)
 		w.ok++
 		if s.latency <= cfg.SLO {
 			good++
@@ -436,6 +436,8 @@ func (r *recorder) result(cfg Config, start, end time.Time, nodes []NodeSample) 
 		for _, p := range cdfQuantiles {
 			res.CDF = append(res.CDF, Quantile{Q: p / 100, Ms: q(p)})
 		}
+	} else if res.Errors > 0 {
+		res.P99AllMs = ms(cfg.Timeout) // every request failed: each counts as the timeout
 	}
 	secs := make([]int, 0, len(windows))
 	for s := range windows {
@@ -445,9 +447,9 @@ func (r *recorder) result(cfg Config, start, end time.Time, nodes []NodeSample) 
 	for _, s := range secs {
 		w := windows[s]
 		tw := Window{T: float64(s), OK: w.ok, Errors: w.errs}
-		if w.h.TotalCount() > 0 {
-			tw.P50ms = float64(w.h.ValueAtQuantile(50)) / 1000
-			tw.P99ms = float64(w.h.ValueAtQuantile(99)) / 1000
+		if len(w.lat) > 0 { // a second holds few samples: exact ranks, not the histogram's
+			slices.Sort(w.lat)
+			tw.P50ms, tw.P99ms = ms(NearestRank(w.lat, 0.5)), ms(NearestRank(w.lat, 0.99))
 		}
 		res.Timeline = append(res.Timeline, tw)
 	}
@@ -455,7 +457,7 @@ func (r *recorder) result(cfg Config, start, end time.Time, nodes []NodeSample) 
 }
 
 type window struct {
-	h        *hdrhistogram.Histogram
+	lat      []time.Duration // its successful requests' latencies
 	ok, errs int64
 }
 
@@ -468,6 +470,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // NearestRank is the q-quantile of sorted by the nearest-rank rule: the smallest sample at or
 // below which at least q of the samples lie (p99 of 50 samples is the largest).
 func NearestRank[T any](sorted []T, q float64) T {
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	// Less a hair: 99.9/100 is 0.9990000000000001, whose ceiling over 1,000 samples is the 1,000th.
+	i := int(math.Ceil(q*float64(len(sorted))-1e-9)) - 1
 	return sorted[max(0, min(i, len(sorted)-1))]
 }

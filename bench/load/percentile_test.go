@@ -62,3 +62,28 @@ func TestP99OfAllCountsTimedOutRequests(t *testing.T) {
 		t.Errorf("summary does not give p99 of all requests:\n%s", s)
 	}
 }
+
+// TestP999IsNearestRankAtRoundCounts: p99.9 of 1,000 samples 1..1000 ms is the 999th (ceil(0.999 n));
+// q = 99.9/100 is 0.9990000000000001 in float64, and ceil lands one rank high (the maximum).
+func TestP999IsNearestRankAtRoundCounts(t *testing.T) {
+	var ss []sample
+	for i := 1; i <= 1000; i++ {
+		ss = append(ss, sample{at: time.Duration(i) * time.Millisecond, latency: time.Duration(i) * time.Millisecond})
+	}
+	if res := resultOf(t, reviewCfg(t), ss); res.P999ms != 999 {
+		t.Errorf("p99.9 of 1..1000 ms = %.1f ms, want 999", res.P999ms)
+	}
+}
+
+// TestP99OfAllWhenEveryRequestFailed: with no success, p99 of all requests (failures at the
+// timeout) is the timeout, not 0.
+func TestP99OfAllWhenEveryRequestFailed(t *testing.T) {
+	var ss []sample
+	for i := 1; i <= 100; i++ {
+		ss = append(ss, sample{at: time.Duration(i) * time.Millisecond, kind: KindTimeout})
+	}
+	cfg := reviewCfg(t)
+	if res := resultOf(t, cfg, ss); res.Errors == 100 && res.P99AllMs != 30000 {
+		t.Errorf("all %d failed: p99 of all %.1f ms, want the 30 s timeout", res.Errors, res.P99AllMs)
+	}
+}
