@@ -174,32 +174,19 @@ func (l *Learner) rebase(i int, g float64) {
 }
 
 // regularise adds information eps·I centred on the prior multipliers: P ← (P⁻¹ + eps·I)⁻¹,
-// m ← P·(P⁻¹·m + eps·m0).
+// m ← P·(P⁻¹·m + eps·m0). Closed-form 3×3 inverses: it runs on every reply, under the node's lock.
 func (l *Learner) regularise() {
 	eps := (1 - l.lambda) * 1e-6
 	if eps <= 0 {
 		return
 	}
-	var inv [3][3]float64
-	for c := range 3 {
-		a := make([][]float64, 3)
-		for r := range 3 {
-			a[r] = append([]float64(nil), l.p[r][:]...)
-		}
-		e := make([]float64, 3)
-		e[c] = 1
-		col, ok := solve(a, e)
-		if !ok {
-			return
-		}
-		for r := range 3 {
-			inv[r][c] = col[r]
-		}
+	inv, ok := inverse3(l.p)
+	if !ok {
+		return
 	}
-	a := make([][]float64, 3)
-	b := make([]float64, 3)
+	var a [3][3]float64
+	var b [3]float64
 	for r := range 3 {
-		a[r] = make([]float64, 3)
 		for c := range 3 {
 			a[r][c] = (inv[r][c] + inv[c][r]) / 2
 			b[r] += a[r][c] * l.m[c]
@@ -207,27 +194,36 @@ func (l *Learner) regularise() {
 		a[r][r] += eps
 		b[r] += eps * l.m0[r]
 	}
-	aa := make([][]float64, 3)
-	for r := range 3 {
-		aa[r] = append([]float64(nil), a[r]...)
-	}
-	m, ok := solve(aa, b)
+	p, ok := inverse3(a)
 	if !ok {
 		return
 	}
-	copy(l.m[:], m)
-	for c := range 3 {
-		aa := make([][]float64, 3)
-		for r := range 3 {
-			aa[r] = append([]float64(nil), a[r]...)
-		}
-		e := make([]float64, 3)
-		e[c] = 1
-		col, _ := solve(aa, e)
-		for r := range 3 {
-			l.p[r][c] = col[r]
+	for r := range 3 {
+		l.m[r] = p[r][0]*b[0] + p[r][1]*b[1] + p[r][2]*b[2]
+		for c := range 3 {
+			l.p[r][c] = (p[r][c] + p[c][r]) / 2
 		}
 	}
+}
+
+// inverse3 is a's inverse by its adjugate, or false when a is singular (or not finite).
+func inverse3(a [3][3]float64) (inv [3][3]float64, ok bool) {
+	c00 := a[1][1]*a[2][2] - a[1][2]*a[2][1]
+	c01 := a[1][2]*a[2][0] - a[1][0]*a[2][2]
+	c02 := a[1][0]*a[2][1] - a[1][1]*a[2][0]
+	det := a[0][0]*c00 + a[0][1]*c01 + a[0][2]*c02
+	if det == 0 || math.IsNaN(det) || math.IsInf(det, 0) {
+		return inv, false
+	}
+	d := 1 / det
+	inv[0][0], inv[1][0], inv[2][0] = c00*d, c01*d, c02*d
+	inv[0][1] = (a[0][2]*a[2][1] - a[0][1]*a[2][2]) * d
+	inv[1][1] = (a[0][0]*a[2][2] - a[0][2]*a[2][0]) * d
+	inv[2][1] = (a[0][1]*a[2][0] - a[0][0]*a[2][1]) * d
+	inv[0][2] = (a[0][1]*a[1][2] - a[0][2]*a[1][1]) * d
+	inv[1][2] = (a[0][2]*a[1][0] - a[0][0]*a[1][2]) * d
+	inv[2][2] = (a[0][0]*a[1][1] - a[0][1]*a[1][0]) * d
+	return inv, true
 }
 
 // Samples is how many batches the learner has observed.
