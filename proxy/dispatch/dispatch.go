@@ -706,7 +706,7 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, mk 
 		if cs := resp.GetStats().GetComputeSeconds(); cs > 0 && pred > 0 {
 			observe(d.m.EstimateRatio, cs/pred)
 		}
-	case status.Code(err) == codes.ResourceExhausted && ctx.Err() == nil:
+	case status.Code(err) == codes.ResourceExhausted && ctx.Err() == nil && !tooLarge(err):
 		// The node is full (not failing): it answers, so the breaker leaves it alone, but it
 		// must not look idle. Its queue holds work sent, as this batch was, to be done within a
 		// deadline; until this batch's deadline (its RetryInfo when it gave one) take it as busy.
@@ -718,6 +718,12 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, mk 
 	}
 	n.CallEnded()
 	return resp, err
+}
+
+// tooLarge reports gRPC's own RESOURCE_EXHAUSTED for a message over the size limit (sent or
+// received): the batch's size, not the node's load, so not a shed.
+func tooLarge(err error) bool {
+	return strings.Contains(status.Convert(err).Message(), "larger than max")
 }
 
 // shedHold is how long a node that refused a call as full is taken to stay busy: its RetryInfo

@@ -190,3 +190,17 @@ func TestRefusedBatchFeedsTheDeadlineToAccuracy(t *testing.T) {
 		t.Errorf("median recorded ratio %v over %d refusals, want ≥ %.3f (the deadline over the projection) over 16", q, n, 0.5/0.45)
 	}
 }
+
+// TestOversizedMessageIsNoShed: gRPC's own RESOURCE_EXHAUSTED for a message over the size limit
+// is about the batch, not the node's load: it does not hold the node busy as a shed would.
+func TestOversizedMessageIsNoShed(t *testing.T) {
+	if !tooLarge(status.Error(codes.ResourceExhausted, "grpc: received message larger than max (5242880 vs. 4194304)")) {
+		t.Error("a received message over the limit taken for a shed")
+	}
+	if !tooLarge(status.Error(codes.ResourceExhausted, "grpc: trying to send message larger than max (9 vs. 4)")) {
+		t.Error("a sent message over the limit taken for a shed")
+	}
+	if tooLarge(status.Error(codes.ResourceExhausted, "queue full: 256 batches waiting (max_queue_batches)")) {
+		t.Error("a full queue not taken for a shed")
+	}
+}
