@@ -1,9 +1,15 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -82,4 +88,51 @@ func TestSheddingNodeKeepsItsBreakerAndLooksBusy(t *testing.T) {
 	if c := nodes[0].Calls(); c < requests/2 {
 		t.Errorf("shedding node got %d of %d batches: round robin gives it half while its breaker is closed", c, requests)
 	}
+}
+
+// TestMisconfiguredNodeIsLoggedOnce: a healthy node that answers every batch UNIMPLEMENTED (a
+// wrong endpoint or model name) is named in one warning, however many batches it fails.
+func TestMisconfiguredNodeIsLoggedOnce(t *testing.T) {
+	nodes := startNodes(t, 2, fakenode.Options{})
+	cfg := testConfig(nodes.Addrs())
+	cfg.Route.Strategy = "round_robin"
+	cfg.Breaker.ConsecutiveFailures = 100
+	var buf syncBuffer
+	p, err := New(cfg, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(&buf, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	waitUntil(t, "nodes healthy", func() bool {
+		ns := p.Nodes()
+		return len(ns) == 2 && ns[0].Healthy && ns[1].Healthy
+	})
+	nodes[0].SetFailing(true, codes.Unimplemented)
+	for i := range 6 {
+		_, _ = p.Score(context.Background(), makeRequest(4, uint64(i)))
+	}
+	if n := strings.Count(buf.String(), "endpoint or model does not exist"); n != 1 {
+		t.Errorf("%d warnings about the misconfigured node, want 1:\n%s", n, buf.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -63,6 +63,8 @@ type Node struct {
 	errors      atomic.Int64
 	lastFailure atomic.Int64 // unix nanoseconds of the last counted failure
 	removed     atomic.Bool
+	// misconfigured: an UNIMPLEMENTED answer was logged (FirstMisconfigured).
+	misconfigured atomic.Bool
 	// keepsTemplates: the node keeps each instruction's template KV (KeepsTemplates).
 	keepsTemplates atomic.Bool
 	connClosed     atomic.Bool
@@ -619,6 +621,10 @@ func (n *Node) Shed(now time.Time, hold time.Duration) {
 	}
 	n.ext.Store(&extLoad{seconds: hold.Seconds(), at: now})
 }
+
+// FirstMisconfigured reports true the first time it is called for the node (the caller logs
+// that the node answers UNIMPLEMENTED: a wrong endpoint or model name), false after.
+func (n *Node) FirstMisconfigured() bool { return n.misconfigured.CompareAndSwap(false, true) }
 
 // Succeeded counts an answered batch.
 func (n *Node) Succeeded() { n.batches.Add(1) }

@@ -714,6 +714,12 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, mk 
 		err = fmt.Errorf("node %s: %w", n.Addr(), err)
 	case !errors.Is(verdict, cluster.ErrExcluded):
 		n.Failed(now)
+		if status.Code(err) == codes.Unimplemented && n.FirstMisconfigured() && d.cfg.Log != nil {
+			// Healthy, and answering every batch "no such endpoint or model": a configuration
+			// to fix, which breaker states alone do not say.
+			d.cfg.Log.Warn("scorer node answers that the endpoint or model does not exist: check its kind, url and model",
+				"node", n.Addr(), "kind", n.Kind(), "err", err)
+		}
 		err = fmt.Errorf("node %s: %w", n.Addr(), err)
 	}
 	n.CallEnded()
