@@ -220,6 +220,9 @@ type ledger struct {
 	stack []pendingCharge
 }
 
+// maxPending bounds ledger.stack: each Charge and Uncharge copies it, under the node's lock.
+const maxPending = 256
+
 // pendingCharge is a charge made since the last Settle (ledger.stack).
 type pendingCharge struct {
 	id    uint64  // the ledger's charges count when it was made
@@ -266,6 +269,11 @@ func (n *Node) Charge(now time.Time, predicted float64) Charge {
 	base := c + start
 	next := &ledger{finish: base + predicted, inflight: l.inflight + predicted, out: l.out + 1, charges: l.charges + 1, settles: l.settles,
 		stack: append(slices.Clip(l.stack), pendingCharge{id: l.charges + 1, prior: l.finish})}
+	if len(next.stack) > maxPending {
+		// Bounded (a stalled node charged and never settled): the oldest entry goes, and its
+		// lease, given back, takes back its cost alone.
+		next.stack = next.stack[len(next.stack)-maxPending:]
+	}
 	n.ledger.Store(next)
 	return Charge{predicted: predicted, start: start + n.extLeft(now), id: next.charges, settles: l.settles}
 }
@@ -298,16 +306,20 @@ func (n *Node) Uncharge(c Charge) {
 	if l.settles == c.settles {
 		at = slices.IndexFunc(l.stack, func(p pendingCharge) bool { return p.id == c.id })
 	}
-	if at < 0 {
-		// A Settle since rebuilt the finish from the work in flight, this charge's cost with it
-		// and its lateness not: its cost alone comes off.
-		n.ledger.Store(l.without(c.predicted, l.finish-c.predicted))
-		return
-	}
+	// Every charge made after it began from a finish that held its cost (a Settle since rebuilt
+	// the finish from the work in flight, its cost with it): the finish, and the finishes the
+	// later ones would restore, lose its cost.
 	stack := slices.Clone(l.stack)
-	stack[at].taken = true
-	finish := l.finish - c.predicted // charges made after it began from the finish it moved
-	if at == len(stack)-1 {
+	for i := range stack {
+		if stack[i].id > c.id {
+			stack[i].prior -= c.predicted
+		}
+	}
+	finish := l.finish - c.predicted
+	if at >= 0 {
+		stack[at].taken = true
+	}
+	if at >= 0 && at == len(stack)-1 {
 		// The newest outstanding: the finish is what it was before it, and before every charge
 		// under it already given back.
 		for len(stack) > 0 && stack[len(stack)-1].taken {
