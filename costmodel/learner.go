@@ -19,11 +19,12 @@ import (
 // the estimate by a bounded amount. Forgetting λ (default 0.99: ~100 batches) tracks drift; P is
 // capped so that it does not blow up while the features stop varying. Directions the data never
 // excites stay at the prior. Multipliers are kept at or above 1e-3 (0 for a zero prior) so
-// predictions stay positive; past 1e3 the basis moves instead (bound).
+// predictions stay positive, and at most 1e3; a level shift moves the basis instead (shift.go).
 //
 // Not safe for concurrent use: the owner guards it (the proxy per node, the scorer node for itself).
 type Learner struct {
 	basis  [3]float64 // scale of each coefficient: the prior's, or a stand-in for a zero prior
+	origin [3]float64 // the basis it started from: scaleBasis keeps basis within 1e±9 of it
 	lo     [3]float64 // lower clamp of each multiplier
 	lambda float64
 	m      [3]float64
@@ -59,6 +60,7 @@ func NewLearner(prior Coeffs, lambda float64) *Learner {
 		}
 		l.p[i][i] = pInit
 	}
+	l.origin = l.basis
 	l.m0 = l.m
 	return l
 }
@@ -104,11 +106,13 @@ func (l *Learner) Observe(f Features, y float64) {
 	l.scale = 0.9*l.scale + 0.1*math.Min(math.Abs(r), 10*l.scale)
 	l.scale = math.Max(l.scale, 0.02) // never down-weight residuals under ~3%
 
-	m0, p0 := l.m, l.p // kept: an update that is not finite is undone (NaN would stay forever)
+	saved := *l // an update that is not finite is undone (NaN would stay forever)
 	defer func() {
 		for i := range 3 {
-			if math.IsNaN(l.m[i]) || math.IsInf(l.m[i], 0) {
-				l.m, l.p = m0, p0
+			if c := l.basis[i] * l.m[i]; math.IsNaN(c) || math.IsInf(c, 0) || math.IsNaN(l.p[i][i]) {
+				shift := l.shift
+				*l = saved
+				l.shift = shift
 				return
 			}
 		}
@@ -144,32 +148,27 @@ func (l *Learner) Observe(f Features, y float64) {
 	l.n++
 }
 
-// maxMultiplier is how far a multiplier may grow from its basis before the basis moves.
+// maxMultiplier is how far a multiplier may grow from its basis.
 const maxMultiplier = 1e3
 
-// bound keeps each multiplier at or above its lower clamp (predictions stay positive) and, past
-// maxMultiplier, moves the basis instead of capping it: a node seeded from a model 10⁴× too
-// cheap (a misbehaving node's report) could otherwise be learned only up to 1e3 of that, and
-// stayed priced at a tenth of its time however many replies said otherwise.
+// bound keeps each multiplier within [its lower clamp, maxMultiplier]: predictions stay positive
+// and noise in a direction the data barely excites (the quadratic term, on short prompts) cannot
+// run away. A change of the node's level moves the basis instead (levelShift, scaleBasis).
 func (l *Learner) bound() {
 	for i := range 3 {
-		if l.m[i] > maxMultiplier {
-			l.rebase(i, l.m[i])
-		}
-		l.m[i] = math.Max(l.lo[i], l.m[i])
+		l.m[i] = math.Min(math.Max(l.lo[i], l.m[i]), maxMultiplier)
 	}
 }
 
-// rebase multiplies coefficient i's basis by g and expresses the state in it: the multiplier,
-// the prior's, the lower clamp and the confidence (multipliers' covariance) scale by 1/g.
-func (l *Learner) rebase(i int, g float64) {
-	l.basis[i] *= g
-	l.m[i] /= g
-	l.m0[i] /= g
-	l.lo[i] /= g
-	for j := range 3 {
-		l.p[i][j] /= g
-		l.p[j][i] /= g
+// scaleBasis multiplies coefficient i's basis by g, held within 1e±9 of where it started (the
+// multipliers, the prior's among them, are relative to it and stay): the node's level changed.
+func (l *Learner) scaleBasis(i int, g float64) {
+	b := l.basis[i] * g
+	if o := l.origin[i]; o > 0 {
+		b = math.Min(math.Max(b, 1e-9*o), 1e9*o)
+	}
+	if b > 0 && !math.IsInf(b, 0) {
+		l.basis[i] = b
 	}
 }
 

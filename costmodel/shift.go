@@ -43,13 +43,16 @@ func (l *Learner) levelShift(pred, y float64) bool {
 	}
 	g := math.Exp(logSum / float64(len(l.shift)))
 	for i := range l.m {
-		l.m[i] *= g
+		// The basis moves, not the multipliers: a node seeded 10⁴× too cheap or too dear is
+		// learned to its level, where multipliers clamped at [1e-3, 1e3] of the seed left it
+		// priced at 10× or a tenth of its time for good. The prior's multipliers move with it:
+		// forgetting now pulls toward the new level.
+		l.scaleBasis(i, g)
 		for j := range l.p[i] {
 			l.p[i][j] = 0
 		}
 		l.p[i][i] = pInit
 	}
-	l.bound()
 	l.scale = 0.5
 	l.shift = l.shift[:0]
 	l.n++
