@@ -16,9 +16,9 @@ import (
 // residuals relative: node timing noise is multiplicative, and a 2 ms jitter on a 1 ms batch must
 // not weigh like one on a 1 s batch. A sample whose relative residual r exceeds k·s (k = 1.345,
 // s a running mean of |r|) gets weight k·s/|r| (Huber), so a GC pause or a noisy neighbour moves
-// the estimate by a bounded amount. Forgetting λ (default 0.99: ~100 batches) tracks drift; P is
-// capped so that it does not blow up while the features stop varying. Directions the data never
-// excites stay at the prior. Multipliers are kept at or above 1e-3 (0 for a zero prior) so
+// the estimate by a bounded amount. Forgetting λ (default 0.99: ~100 batches) tracks drift, and
+// leaks back toward the prior (stabilised forgetting), so that directions the data never excites
+// stay at the prior while the features stop varying, instead of P winding up. Multipliers are kept at or above 1e-3 (0 for a zero prior) so
 // predictions stay positive, and at most 1e3; a level shift moves the basis instead (shift.go).
 //
 // Not safe for concurrent use: the owner guards it (the proxy per node, the scorer node for itself).

@@ -110,11 +110,19 @@ func wholeNumbers(n *yaml.Node, t reflect.Type, path string) error {
 			}
 		}
 	case yaml.ScalarNode:
-		if n.ShortTag() == "!!float" && t != reflect.TypeFor[time.Duration]() && !whole(n.Value) {
-			switch t.Kind() {
-			case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-				reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if n.ShortTag() != "!!float" || t == reflect.TypeFor[time.Duration]() {
+			break
+		}
+		switch t.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			if !whole(n.Value) {
 				return fmt.Errorf("line %d: %s: want a whole number, got %s", n.Line, path, n.Value)
+			}
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			// yaml.v3 converts a negative float into an unsigned field by wrapping it (-1.0
+			// became 18446744073709551615).
+			if !whole(n.Value) || strings.HasPrefix(strings.TrimSpace(n.Value), "-") {
+				return fmt.Errorf("line %d: %s: want a whole number ≥ 0, got %s", n.Line, path, n.Value)
 			}
 		}
 	}

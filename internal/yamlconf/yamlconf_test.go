@@ -50,7 +50,7 @@ func TestDecodeRefusesFractionsForWholeNumbers(t *testing.T) {
 	for body, want := range map[string]string{
 		"split: {items: [1, 2.5]}\n":  "split.items[1]: want a whole number, got 2.5",
 		"sizes: {a: 0.9}\n":           "sizes.a: want a whole number, got 0.9",
-		"ptr: {limit: 1e-3}\n":        "ptr.limit: want a whole number, got 1e-3",
+		"ptr: {limit: 1e-3}\n":        "ptr.limit: want a whole number ≥ 0, got 1e-3",
 		"split: {ratio: 0.5}\n":       "",
 		"split: {wait: 1.5s}\n":       "",
 		"split: {items: [1, 2, 3]}\n": "",

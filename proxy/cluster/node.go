@@ -439,7 +439,7 @@ func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 	}
 	// The batches of one merged pass share its forward time: that names the pass (0: alone).
 	var pass uint64
-	if st.GetMergedBatches() > 1 {
+	if st.GetMergedBatches() > 1 && st.GetForwardSeconds() > 0 {
 		pass = math.Float64bits(st.GetForwardSeconds())<<8 ^ uint64(st.GetMergedBatches())
 	}
 	n.learnMu.Lock()

@@ -207,9 +207,15 @@ func decodeScore(body []byte, maxItems int) (*relevancev1.ScoreRequest, error) {
 		return nil, unacceptable("items", "more than %d items, limit %d", maxItems, maxItems)
 	}
 	// Unknown fields are ignored (proto3 JSON's forward compatibility), but the rerank routes'
-	// cache switch is refused: a caller who carried it over would get cached scores, silently.
+	// cache switch turned off is refused: a caller who carried it over would get cached scores,
+	// silently. (Carried over as true it asks for what happens anyway.)
 	if hasKey(body, "cache") {
-		return nil, unacceptable("cache", `is not a /v1/score field: send "options": {"no_cache": true} to bypass the score cache`)
+		var c struct {
+			Cache *bool `json:"cache"`
+		}
+		if json.Unmarshal(body, &c) == nil && c.Cache != nil && !*c.Cache {
+			return nil, unacceptable("cache", `is not a /v1/score field: send "options": {"no_cache": true} to bypass the score cache`)
+		}
 	}
 	req := &relevancev1.ScoreRequest{}
 	if scoreStrict.Unmarshal(body, req) == nil {
