@@ -13,6 +13,8 @@ package grpcapi
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,11 +22,14 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -43,12 +48,19 @@ type Config struct {
 	MaxSendBytes int `yaml:"max_send_bytes"`
 	// HealthPoll is how often the core's readiness is copied into grpc.health.v1. Must be > 0.
 	HealthPoll time.Duration `yaml:"health_poll"`
+	// KeepaliveMinTime is the shortest interval between a client's keepalive pings the server
+	// accepts; KeepalivePermitWithoutStream accepts them on a connection with no call open.
+	// grpc-go's defaults (5 min, no) answer a client pinging every 10 s — common behind load
+	// balancers that drop idle connections — with GOAWAY ENHANCE_YOUR_CALM, failing its calls.
+	KeepaliveMinTime             time.Duration `yaml:"keepalive_min_time"`
+	KeepalivePermitWithoutStream bool          `yaml:"keepalive_permit_without_stream"`
 }
 
 // DefaultConfig returns the defaults: 127.0.0.1:9090, 16 MiB in and out, readiness polled every
 // 500 ms.
 func DefaultConfig() Config {
-	return Config{Addr: "127.0.0.1:9090", MaxRecvBytes: 16 << 20, MaxSendBytes: 16 << 20, HealthPoll: 500 * time.Millisecond}
+	return Config{Addr: "127.0.0.1:9090", MaxRecvBytes: 16 << 20, MaxSendBytes: 16 << 20, HealthPoll: 500 * time.Millisecond,
+		KeepaliveMinTime: 10 * time.Second, KeepalivePermitWithoutStream: true}
 }
 
 // Validate reports the first bad field, named as in the YAML file under "grpc.".
@@ -64,6 +76,9 @@ func (c Config) Validate() error {
 	}
 	if c.HealthPoll <= 0 {
 		return fmt.Errorf("grpc.health_poll: must be > 0, got %s", c.HealthPoll)
+	}
+	if c.KeepaliveMinTime < 0 {
+		return fmt.Errorf("grpc.keepalive_min_time: must be ≥ 0, got %s", c.KeepaliveMinTime)
 	}
 	return nil
 }
@@ -120,6 +135,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	s.gs = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.MaxSendMsgSize(cfg.MaxSendBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.KeepaliveMinTime, PermitWithoutStream: cfg.KeepalivePermitWithoutStream}),
 		// Metrics outermost so that a recovered panic is counted as the INTERNAL it became.
 		// grpcutf8 answers INVALID_ARGUMENT, naming the field, for a request that could not be
 		// decoded (invalid UTF-8, malformed protobuf), where grpc-go would answer INTERNAL.
@@ -193,12 +209,28 @@ func (s *Server) setHealth(ready bool) {
 	s.health.SetServingStatus(rankerService, st)
 }
 
+// requestIDKey is the metadata key of a call's request id.
+const requestIDKey = "x-request-id"
+
 type ranker struct {
 	relevancev1.UnimplementedRankerServer
 	core front.Core
 }
 
+// Score answers a ScoreRequest. Its request id is the request's, else the caller's x-request-id
+// metadata, else a fresh one; it goes back in the x-request-id header, on errors too, as the HTTP
+// front's X-Request-Id does: a failed search is found in the proxy's logs by it.
 func (r *ranker) Score(ctx context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
+	if req.GetRequestId() == "" {
+		if v := metadata.ValueFromIncomingContext(ctx, requestIDKey); len(v) > 0 && v[0] != "" && utf8.ValidString(v[0]) {
+			req.RequestId = v[0]
+		} else {
+			var b [16]byte
+			_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+			req.RequestId = hex.EncodeToString(b[:])
+		}
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs(requestIDKey, req.GetRequestId()))
 	resp, err := r.core.Score(ctx, req)
 	if err != nil {
 		return nil, front.ToStatusError(err)
