@@ -21,13 +21,12 @@ package proxy
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relevance-scoring/relevance/internal/reqid"
 	"github.com/relevance-scoring/relevance/prompt"
 	"github.com/relevance-scoring/relevance/proxy/admit"
 	"github.com/relevance-scoring/relevance/proxy/cluster"
@@ -161,8 +160,4 @@ func slowFactor(o OutlierConfig) float64 {
 	return o.SlowFactor
 }
 
-func newRequestID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func newRequestID() string { return reqid.New() }

@@ -13,8 +13,6 @@ package grpcapi
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +32,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/relevance-scoring/relevance/internal/grpcutf8"
+	"github.com/relevance-scoring/relevance/internal/reqid"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/front"
 )
@@ -225,9 +224,7 @@ func (r *ranker) Score(ctx context.Context, req *relevancev1.ScoreRequest) (*rel
 		if v := metadata.ValueFromIncomingContext(ctx, requestIDKey); len(v) > 0 && v[0] != "" && utf8.ValidString(v[0]) {
 			req.RequestId = v[0]
 		} else {
-			var b [16]byte
-			_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-			req.RequestId = hex.EncodeToString(b[:])
+			req.RequestId = reqid.New()
 		}
 	}
 	_ = grpc.SetHeader(ctx, metadata.Pairs(requestIDKey, req.GetRequestId()))

@@ -26,8 +26,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +47,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/relevance-scoring/relevance/internal/reqid"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/front"
 	"github.com/relevance-scoring/relevance/proxy/request"
@@ -561,11 +560,7 @@ func (s *Server) responseID(req *relevancev1.ScoreRequest, resp *relevancev1.Sco
 }
 
 // freshID is a new random request id.
-func freshID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return hex.EncodeToString(b[:])
-}
+func freshID() string { return reqid.New() }
 
 func (s *Server) serveHealthz(ctx *fasthttp.RequestCtx, rt *route) {
 	s.writeJSONBytes(ctx, http.StatusOK, []byte(`{"status":"ok"}`))
