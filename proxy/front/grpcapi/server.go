@@ -108,7 +108,20 @@ type Server struct {
 	// which GracefulStop would otherwise wait for until the drain timeout.
 	stopWatches chan struct{}
 	watchOnce   sync.Once
+
+	// baseCtx parents every Ranker call; cancelled when a drain runs out of time, so that the
+	// calls still running are answered UNAVAILABLE by their handlers before the transport is
+	// torn down (which their clients would read as a broken connection, not an answer).
+	baseCtx    context.Context
+	cancelBase context.CancelFunc
 }
+
+// answerGrace bounds how long a drain that ran out of time waits, once it has cancelled the calls
+// still running, for their answers to be sent before it closes every connection.
+const answerGrace = 2 * time.Second
+
+// errDrainTimedOut is the answer to a call still running when the drain ran out of time.
+var errDrainTimedOut = status.Error(codes.Unavailable, "proxy shutting down: its drain ran out of time before this request finished; send it again (another proxy will take it)")
 
 // rankerService is the name grpc.health.v1 reports besides the empty (whole server) name.
 var rankerService = relevancev1.Ranker_ServiceDesc.ServiceName
@@ -131,6 +144,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, core: opts.Core, log: log, health: health.NewServer(),
 		stopPoll: make(chan struct{}), pollDone: make(chan struct{}), stopWatches: make(chan struct{})}
+	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
 	s.gs = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.MaxSendMsgSize(cfg.MaxSendBytes),
@@ -139,7 +153,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		// grpcutf8 answers INVALID_ARGUMENT, naming the field, for a request that could not be
 		// decoded (invalid UTF-8, malformed protobuf), where grpc-go would answer INTERNAL.
 		grpc.ForceServerCodecV2(grpcutf8.Codec()),
-		grpc.ChainUnaryInterceptor(metricsInterceptor(opts.Metrics), recoveryInterceptor(log), grpcutf8.UnaryServerInterceptor),
+		grpc.ChainUnaryInterceptor(metricsInterceptor(opts.Metrics), recoveryInterceptor(log), s.drainInterceptor, grpcutf8.UnaryServerInterceptor),
 	)
 	relevancev1.RegisterRankerServer(s.gs, &ranker{core: opts.Core})
 	healthpb.RegisterHealthServer(s.gs, &drainingHealth{Server: s.health, stop: s.stopWatches})
@@ -166,7 +180,8 @@ func (s *Server) SetDraining() {
 }
 
 // Shutdown drains: NOT_SERVING, no new RPCs, in-flight RPCs finish until ctx is done, after
-// which the rest are cancelled and ctx's error is returned.
+// which the rest are cancelled and answered UNAVAILABLE (waiting up to answerGrace for those
+// answers to go out), the connections closed, and ctx's error returned.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.SetDraining()
 	s.watchOnce.Do(func() { close(s.stopWatches) })
@@ -179,10 +194,30 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		s.gs.Stop()
-		<-done
+		// GracefulStop returns by itself once the cancelled calls have been answered.
+		s.cancelBase()
+		select {
+		case <-done:
+		case <-time.After(answerGrace):
+			s.gs.Stop()
+			<-done
+		}
 		return fmt.Errorf("grpc shutdown: %w", ctx.Err())
 	}
+}
+
+// drainInterceptor runs each call under the server's base context as well as its own, and
+// answers one that a timed-out drain cancelled UNAVAILABLE.
+func (s *Server) drainInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.baseCtx, cancel)
+	defer stop()
+	resp, err := handler(ctx, req)
+	if err != nil && s.baseCtx.Err() != nil {
+		return nil, errDrainTimedOut
+	}
+	return resp, err
 }
 
 func (s *Server) pollReadiness() {

@@ -19,17 +19,23 @@ type Config struct {
 	// IdleTimeout is how long a keep-alive connection may wait for its next request; 0 means
 	// ReadTimeout.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// DrainIdleGrace is how long a drain keeps keep-alive connections open after it stops
+	// accepting, answering each request on them with Connection: close, before it closes those
+	// still idle; it ends sooner once every connection has closed. 0: idle connections are
+	// closed at once, and a request a client sends on one at that moment is reset.
+	DrainIdleGrace time.Duration `yaml:"drain_idle_grace"`
 }
 
 // DefaultConfig returns the defaults: 127.0.0.1:8080, 8 MiB bodies (1000 items of ~8 KB),
-// 10 s read and write timeouts, 60 s idle timeout.
+// 10 s read and write timeouts, 60 s idle timeout, 1 s drain grace for idle connections.
 func DefaultConfig() Config {
 	return Config{
-		Addr:         "127.0.0.1:8080",
-		MaxBodyBytes: 8 << 20,
-		ReadTimeout:  10 * time.Second,
-		WriteTimeout: 10 * time.Second,
-		IdleTimeout:  60 * time.Second,
+		Addr:           "127.0.0.1:8080",
+		MaxBodyBytes:   8 << 20,
+		ReadTimeout:    10 * time.Second,
+		WriteTimeout:   10 * time.Second,
+		IdleTimeout:    60 * time.Second,
+		DrainIdleGrace: time.Second,
 	}
 }
 
@@ -44,7 +50,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"read_timeout", c.ReadTimeout}, {"write_timeout", c.WriteTimeout}, {"idle_timeout", c.IdleTimeout}} {
+	}{{"read_timeout", c.ReadTimeout}, {"write_timeout", c.WriteTimeout}, {"idle_timeout", c.IdleTimeout}, {"drain_idle_grace", c.DrainIdleGrace}} {
 		if d.v < 0 {
 			return fmt.Errorf("http.%s: must be >= 0, got %s", d.name, d.v)
 		}

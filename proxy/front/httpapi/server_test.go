@@ -1314,3 +1314,57 @@ func TestRerankFollowsCoreRanking(t *testing.T) {
 		t.Errorf("ranking out of range: status %d, want 500: %s", r.code, r.body)
 	}
 }
+
+// A request sent on a kept-alive connection just as the drain begins is answered (with
+// Connection: close), not reset by the drain closing the connection as idle, and the drain ends
+// as soon as that connection has closed rather than waiting out its grace.
+func TestDrainAnswersARequestOnAnIdleKeepAliveConnection(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DrainIdleGrace = time.Minute
+	e := startServer(t, cfg, newFakeCore(), nil)
+	conn := dialRaw(t, e.addr)
+	br := bufio.NewReader(conn)
+	body := `{"query":"q","documents":["apple"]}`
+	send := func() (*http.Response, error) {
+		if _, err := fmt.Fprintf(conn, "POST /v1/rerank HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+			return nil, err
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return nil, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp, nil
+	}
+	first, err := send()
+	if err != nil || first.StatusCode != 200 || first.Close {
+		t.Fatalf("before the drain: %v, %+v", err, first)
+	}
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shut <- e.srv.Shutdown(ctx)
+	}()
+	for !e.srv.draining.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	// fasthttp's own Shutdown closes idle connections at once: this is past that moment.
+	time.Sleep(50 * time.Millisecond)
+	resp, err := send()
+	if err != nil {
+		t.Fatalf("request on a kept-alive connection at the drain: %v", err)
+	}
+	if resp.StatusCode != 200 || !resp.Close {
+		t.Errorf("got %d, Connection: close %v; want 200 and close", resp.StatusCode, resp.Close)
+	}
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the drain waited out its grace after the last connection closed")
+	}
+}

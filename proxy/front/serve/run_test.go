@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy"
@@ -276,6 +278,46 @@ func TestDrainTimeoutAnswersBeforeRunReturns(t *testing.T) {
 	}
 	if g := <-got; !strings.HasPrefix(g, "503") {
 		t.Errorf("the in-flight request got %q, want 503", g)
+	}
+}
+
+// TestGRPCDrainTimeoutAnswersBeforeRunReturns: a Ranker/Score call still running when the drain
+// runs out of time is answered UNAVAILABLE by the server before Run closes the core and returns.
+// The front used to tear its connections down (grpc.Server.Stop) under the call, whose client
+// read a broken transport, and the core was closed with the call still in it.
+func TestGRPCDrainTimeoutAnswersBeforeRunReturns(t *testing.T) {
+	core := &cancelledCore{fakeCore: fakeCore{entered: make(chan struct{}, 1)}}
+	cfg := testRunConfig()
+	cfg.Shutdown.Timeout = 200 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	addrs := make(chan string, 1)
+	go func() {
+		done <- Run(ctx, cfg, Options{Registry: prometheus.NewRegistry(),
+			NewCore:   func(proxy.Config, prometheus.Registerer, *slog.Logger) (Core, error) { return core, nil },
+			Listening: func(_, g net.Addr) { addrs <- g.String() }})
+	}()
+	conn, err := grpc.NewClient(<-addrs, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	got := make(chan error, 1)
+	go func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ccancel()
+		_, err := relevancev1.NewRankerClient(conn).Score(cctx, &relevancev1.ScoreRequest{Query: "q", Items: []*relevancev1.Item{{Text: "a"}}})
+		got <- err
+	}()
+	<-core.entered
+	cancel()
+	<-done
+	if core.closedInScore.Load() {
+		t.Error("the core was closed with a gRPC call still running in it")
+	}
+	st := status.Convert(<-got)
+	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "shutting down") {
+		t.Errorf("the in-flight call got %v %q, want the server's UNAVAILABLE answer", st.Code(), st.Message())
 	}
 }
 
