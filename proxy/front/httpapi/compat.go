@@ -89,54 +89,6 @@ func teiError(f front.Failure) any {
 	return teiErrorBody{Error: f.Message, ErrorType: t}
 }
 
-// hasKey reports whether body, a JSON object, has the top-level key. The byte search first keeps
-// the common case (a body without the key anywhere) to one scan; a hit is confirmed by a scan of
-// the top level's member names (no decoding, no allocation for names without escapes), so a key
-// inside a document's text or a nested object does not count. Malformed JSON answers whatever the
-// scan makes of it; the decoder that runs next reports it.
-func hasKey(body []byte, key string) bool {
-	if !bytes.Contains(body, []byte(`"`+key+`"`)) {
-		return false
-	}
-	depth, object, wantKey := 0, false, false
-	for i := 0; i < len(body); i++ {
-		switch c := body[i]; c {
-		case '"':
-			j, escaped := i+1, false
-			for j < len(body) && body[j] != '"' {
-				if body[j] == '\\' {
-					j++
-					escaped = true
-				}
-				j++
-			}
-			if depth == 1 && wantKey {
-				name := body[i+1 : min(j, len(body))]
-				if escaped {
-					var s string
-					if json.Unmarshal(body[i:min(j+1, len(body))], &s) == nil && s == key {
-						return true
-					}
-				} else if string(name) == key {
-					return true
-				}
-				wantKey = false
-			}
-			i = j
-		case '{', '[':
-			if depth++; depth == 1 {
-				object = c == '{'
-			}
-			wantKey = depth == 1 && object
-		case '}', ']':
-			depth--
-		case ',':
-			wantKey = depth == 1 && object
-		}
-	}
-	return false
-}
-
 // isTEI reports whether a body sent to a Jina-dialect route is TEI's: "texts" and no
 // "documents".
 func isTEI(body []byte) bool {

@@ -1,0 +1,106 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// TestTopLevelScansAgreeWithTheDecoder: on valid JSON objects of every shape — keys spelled with
+// escapes, strings holding quotes, brackets and commas, nested values holding the same keys —
+// hasKey and topLevelArrayLen see exactly the members and array lengths encoding/json decodes.
+// (An escaped "items" key was not counted, so such a body skipped the item limit's check on its
+// bytes and was decoded whole.)
+func TestTopLevelScansAgreeWithTheDecoder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	keys := []struct{ raw, name string }{
+		{`"items"`, "items"}, {`"\u0069tems"`, "items"}, {`"texts"`, "texts"}, {`"t\u0065xts"`, "texts"},
+		{`"documents"`, "documents"}, {`"query"`, "query"}, {`"meta"`, "meta"}, {`"\"items\""`, `"items"`},
+	}
+	for n := range 3000 {
+		var sb strings.Builder
+		sb.WriteString(ws(rng) + "{")
+		used := map[string]bool{}
+		first := true
+		for range rng.IntN(5) {
+			k := keys[rng.IntN(len(keys))]
+			if used[k.name] {
+				continue
+			}
+			used[k.name] = true
+			if !first {
+				sb.WriteString(ws(rng) + ",")
+			}
+			first = false
+			sb.WriteString(ws(rng) + k.raw + ws(rng) + ":" + ws(rng) + randValue(rng, 0) + ws(rng))
+		}
+		sb.WriteString("}" + ws(rng))
+		body := []byte(sb.String())
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatalf("generated invalid JSON %s: %v", body, err)
+		}
+		for _, name := range []string{"items", "texts", "documents", "query", "meta", `"items"`, "absent"} {
+			raw, ok := m[name]
+			if got := hasKey(body, name); got != ok {
+				t.Fatalf("case %d: hasKey(%s, %q) = %v, want %v", n, body, name, got, ok)
+			}
+			want := 0
+			var arr []json.RawMessage
+			if ok && json.Unmarshal(raw, &arr) == nil {
+				want = len(arr)
+			}
+			if got := topLevelArrayLen(body, name, 1000); got != want {
+				t.Fatalf("case %d: topLevelArrayLen(%s, %q) = %d, want %d", n, body, name, got, want)
+			}
+			if want > 1 {
+				if got := topLevelArrayLen(body, name, 2); got != 2 {
+					t.Fatalf("case %d: topLevelArrayLen(%s, %q, stop 2) = %d, want 2", n, body, name, got)
+				}
+			}
+		}
+	}
+}
+
+// ws is a random run of JSON whitespace, often empty.
+func ws(rng *rand.Rand) string {
+	return strings.Repeat([]string{"", " ", "\n", "\t ", "\r\n"}[rng.IntN(5)], rng.IntN(2))
+}
+
+// randValue is a random valid JSON value whose strings hold the scanners' delimiters.
+func randValue(rng *rand.Rand, depth int) string {
+	k := rng.IntN(9)
+	if depth > 2 {
+		k = rng.IntN(5)
+	}
+	switch k {
+	case 0:
+		return fmt.Sprint(rng.IntN(1000) - 500)
+	case 1:
+		return []string{"true", "false", "null", "1.5e3", "-0.25"}[rng.IntN(5)]
+	case 2, 3, 4:
+		parts := []string{`a`, `\"`, `\\`, `,`, `]`, `[`, `{`, `}`, `:`, `items`, `\"items\":[`, `\u0041`, ` `}
+		var sb strings.Builder
+		sb.WriteByte('"')
+		for range rng.IntN(6) {
+			sb.WriteString(parts[rng.IntN(len(parts))])
+		}
+		sb.WriteByte('"')
+		return sb.String()
+	case 5, 6:
+		var el []string
+		for range rng.IntN(5) {
+			el = append(el, ws(rng)+randValue(rng, depth+1)+ws(rng))
+		}
+		return "[" + strings.Join(el, ",") + ws(rng) + "]"
+	default:
+		var el []string
+		for i := range rng.IntN(4) {
+			key := []string{`"items"`, `"texts"`, `"x"`, `"\u0069tems"`}[i]
+			el = append(el, ws(rng)+key+ws(rng)+":"+ws(rng)+randValue(rng, depth+1))
+		}
+		return "{" + strings.Join(el, ",") + ws(rng) + "}"
+	}
+}
