@@ -55,6 +55,7 @@ import (
 
 	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/internal/sleep"
+	contract "github.com/relevance-scoring/relevance/prompt"
 	"github.com/relevance-scoring/relevance/scorer"
 	"github.com/relevance-scoring/relevance/scorer/prefixcache"
 	"github.com/relevance-scoring/relevance/scorer/prompt"
@@ -79,7 +80,8 @@ type Options struct {
 	// Model is the name reported in Info; "" means "emulated".
 	Model string
 	// MaxTokens is the longest prompt (prefix + item) the default prompt builder accepts and
-	// Info reports; 0 means Profile.MaxTokens, or 2048 when that is 0 too.
+	// Info reports; 0 means Profile.MaxTokens, or, when that is 0 too, a real node's default
+	// (prompt.DefaultMaxTokens: a real engine's limit when max_tokens is unset).
 	MaxTokens int
 	// Seed seeds the timing noise; runs with the same seed and the same passes sleep the same.
 	Seed uint64
@@ -140,7 +142,7 @@ func New(opt Options) (*Engine, error) {
 		maxTok = opt.Profile.MaxTokens
 	}
 	if maxTok == 0 {
-		maxTok = 2048
+		maxTok = contract.DefaultMaxTokens // what a real node without max_tokens accepts
 	}
 	if e.kvPerTok <= 0 {
 		e.kvPerTok = 16384
