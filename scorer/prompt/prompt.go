@@ -131,6 +131,11 @@ func (b *Builder) Build(instruction, query string, docs []string, opt scorer.Tok
 			if room < 0 {
 				return nil, fmt.Errorf("build prompt: the query, instruction and template take %d tokens, over the limit of %d", len(b.head)+docStart+len(b.tail), b.maxTokens)
 			}
+			if room == 0 && nDoc > 0 {
+				// Not one document token fits: every document would be cut to nothing and
+				// scored on the query alone.
+				return nil, fmt.Errorf("build prompt: the query, instruction and template take %d tokens, leaving no room for a document within the limit of %d", len(b.head)+docStart+len(b.tail), b.maxTokens)
+			}
 			allowed = min(allowed, room)
 		}
 		if allowed < nDoc {
