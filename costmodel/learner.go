@@ -33,11 +33,10 @@ type Learner struct {
 	scale  float64 // running mean of |relative residual|
 	n      int
 	// shift detects a change of level (shift.go): the last few samples' ratios of measured to
-	// predicted time, while they all point the same way.
-	shift []float64
-	// pass is the pass of the sample being observed (ObservePass; 0: its own), shiftPass that of
-	// the last sample counted in shift.
-	pass, shiftPass uint64
+	// predicted time, while they all point the same way, with their passes.
+	shift []shiftSample
+	// pass is the pass of the sample being observed (ObservePass; 0: its own).
+	pass uint64
 }
 
 const (
@@ -71,9 +70,10 @@ func (l *Learner) Coeffs() Coeffs {
 }
 
 // ObservePass is Observe for a batch that ran in forward pass pass (0: a pass of its own): the
-// batches of one pass count as one piece of evidence of a level shift. A node splits a merged
-// pass's time among its batches, so one stalled pass of three gave three slow replies in a row —
-// a "shift" that made the node 20× dearer.
+// batches of one pass count as one piece of evidence of a level shift, and an outlier pass is
+// learned from once (shift.go). A node splits a merged pass's time among its batches, so one
+// stalled pass of three gave three slow replies in a row — a "shift" that made the node 20×
+// dearer.
 func (l *Learner) ObservePass(f Features, y float64, pass uint64) {
 	l.pass = pass
 	l.Observe(f, y)

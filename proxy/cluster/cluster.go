@@ -9,7 +9,8 @@
 // places batches behind it, admission and hedging read the placements made with it.
 //
 // Speed. Each node's cost coefficients (package costmodel) are learned online from the compute
-// time and token counts of its replies, starting from the configured prior.
+// time and token counts of its replies, starting from the configured prior, or from the model the
+// node reports of itself when that is within seedTrust of its trusted peers' (Node.seed).
 //
 // A Cluster is safe for concurrent use once New returns; Start once, Close once. Readers use an
 // immutable membership snapshot through an atomic pointer and per-node atomics, and never block on
@@ -525,6 +526,7 @@ func (c *Cluster) setMembers(dns []string) error {
 			errs = append(errs, fmt.Errorf("node %s: %w", a, err))
 			continue
 		}
+		n.peers = c.Snapshot
 		ctx, cancel := context.WithCancel(c.ctx)
 		n.stop = cancel
 		if n.be != nil {

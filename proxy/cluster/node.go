@@ -100,6 +100,9 @@ type Node struct {
 	forgetting float64
 	seeded     bool // learn restarted from the node's own cost model; guarded by learnMu
 	prime      bool // Config.Prime
+	// peers is the cluster's membership (Cluster.Snapshot), whose trusted nodes' models bound
+	// the seed a node may start from (seed); nil: none.
+	peers func() []*Node
 
 	stop context.CancelFunc // ends the health watch
 }
@@ -456,7 +459,13 @@ func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 // replies refine it as before. The passes the node's model was measured on count as samples
 // (Samples: how far projections on the node are trusted), so that a freshly calibrated cluster
 // is admitted against from its first replies rather than after MinSamples of each node's.
-// A model that is not finite and non-negative, or all zero, is ignored.
+// A model that is not finite and non-negative, or all zero, is ignored, and so is one that prices
+// the reference batch more than seedTrust times dearer or cheaper than the median of the node's
+// trusted peers' models (peerPrice): a node that reported 2³⁰ samples skipped warm-up whatever
+// its price, and one 100× too dear then got no batch, so no reply ever corrected it. Ignored, the
+// node warms up at its peers' price and learns from its replies, as one that reports no model.
+// Without trusted peers (a single node, the first of a fresh cluster to answer) every valid
+// model is used.
 func (n *Node) seed(cm *relevancev1.CostModel) {
 	if cm == nil {
 		return
@@ -471,6 +480,11 @@ func (n *Node) seed(cm *relevancev1.CostModel) {
 		return
 	}
 	n.seeded = true
+	if peer, ok := n.peerPrice(); ok {
+		if r := c.Seconds(costmodel.RefFeatures) / peer; !(r <= seedTrust && r >= 1/seedTrust) {
+			return
+		}
+	}
 	n.learn = costmodel.NewLearner(c, n.forgetting)
 	n.coeffs.Store(&c)
 	for s := int64(min(cm.GetSamples(), math.MaxInt32)); ; {
@@ -478,6 +492,39 @@ func (n *Node) seed(cm *relevancev1.CostModel) {
 			break
 		}
 	}
+}
+
+// seedTrust is how many times dearer or cheaper than its trusted peers' median a node's reported
+// model may price the reference batch and still seed its learner. Nodes of one cluster serve one
+// model (the fingerprint), so their speeds differ by their machines and load: peers sharing one
+// machine under CPU contention learned 0.7–3.7× cheaper than the prior (warm.go), each within 4×
+// of their median. A broken report is off by far more (a unit slip is 1000×, the reviews' lies
+// 100× and 10⁴×). Too tight a bound costs little — a node of another class of hardware whose
+// honest model is refused warms up for WarmSamples replies, as a node that reports none — and
+// too loose one lets a wrong model price the node with full confidence, so 4×.
+const seedTrust = 4.0
+
+// peerPrice is the median of the reference batch's price by the own models of the node's trusted
+// peers (trustedPeer): warmed up and taking traffic; false when it has none. The median, not the
+// mean (warm.go): one peer that is itself far off must not move the bound.
+func (n *Node) peerPrice() (float64, bool) {
+	if n.peers == nil {
+		return 0, false
+	}
+	now := time.Now()
+	var prices []float64
+	for _, p := range n.peers() {
+		if p != n && p.trustedPeer(now) {
+			prices = append(prices, p.coeffs.Load().Seconds(costmodel.RefFeatures))
+		}
+	}
+	if len(prices) == 0 {
+		return 0, false
+	}
+	slices.Sort(prices)
+	k := len(prices)
+	m := (prices[(k-1)/2] + prices[k/2]) / 2
+	return m, m > 0 && !math.IsInf(m, 0)
 }
 
 // setHealthy records the node's health and calls changed when it changed. A node that loses it

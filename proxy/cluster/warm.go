@@ -21,7 +21,16 @@ import (
 // explores an arm it knows little about. A node that is really slow shows it within those
 // replies (outlier detection ejects it meanwhile if it is far off), at the cost of a few
 // batches placed as if it were average. A node that reports its own calibrated model (seed)
-// brings that many samples with it and is priced by its own model at once.
+// brings that many samples with it and is priced by its own model at once, unless that model is
+// far from its trusted peers' (seedTrust): it is then ignored and the node warms up.
+
+// trustedPeer reports whether the node's own model may price its peers (here) or bound the model
+// a peer reports (Node.seed): it has warmed up, on replies or a seed, and is taking traffic. A
+// node that is not is no peer's price.
+func (n *Node) trustedPeer(now time.Time) bool {
+	return n.toWarm() == 0 && n.samples.Load() > 0 && n.healthy.Load() && !n.Ejected(now) &&
+		!n.stalled.Load() && n.breaker.State() != gobreaker.StateOpen
+}
 
 // rejoin starts the node's warm-up: its next WarmSamples replies are blended with its peers'.
 func (n *Node) rejoin() {
@@ -69,13 +78,11 @@ func (c *Cluster) priceWarming() {
 	var trusted, warming []*Node
 	now := time.Now()
 	for _, n := range c.Snapshot() {
-		if n.toWarm() == 0 {
-			if !n.healthy.Load() || n.Ejected(now) || n.stalled.Load() || n.breaker.State() == gobreaker.StateOpen {
-				continue // not taking traffic: its model is no peer's price
-			}
-			trusted = append(trusted, n)
-		} else {
+		switch {
+		case n.toWarm() > 0:
 			warming = append(warming, n)
+		case n.trustedPeer(now):
+			trusted = append(trusted, n)
 		}
 	}
 	if len(warming) == 0 {
