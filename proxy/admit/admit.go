@@ -23,9 +23,10 @@
 // still exactly when a share L of admitted requests is late. The tail stays within
 // [L/10, 1 − MarginQuantile]: MarginQuantile is the loosest margin, taken while nothing is late.
 // A rejected request is RESOURCE_EXHAUSTED with a RetryInfo delay. Its reason is "deadline" when
-// even idle nodes could not make it (plan.IdleFinish() > headroom · B; the delay is the idle time,
-// the budget the request needs, and the message says so: a retry with the same budget would be
-// refused again) and "overload" otherwise (retry after T − headroom · B, the backlog that has to drain first).
+// even idle nodes could not make it (m · idle > headroom · B, idle the plan's batches spread over
+// every candidate idle: idleBound; the delay is the budget the request needs, m · idle / headroom,
+// and the message says so: a retry with the same budget would be refused again) and "overload"
+// otherwise (retry after T − headroom · B / m, the backlog that has to drain first).
 // Projections are trusted only once every candidate node has learned its cost model from
 // MinSamples replies: before that, everything is admitted.
 //
@@ -34,8 +35,10 @@
 package admit
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -170,12 +173,14 @@ func (a *Admitter) Admit(p *plan.Plan, budget time.Duration) error {
 	if busy <= allowed {
 		return nil
 	}
-	reason, retry := ReasonOverload, busy-allowed
+	// The backlog ahead of the plan drains one second per second: the plan fits once
+	// m·(T − d) ≤ allowed, after d = T − allowed/m (not m·T − allowed, which is m times that).
+	reason, retry := ReasonOverload, (busy-allowed)/m
 	msg := fmt.Sprintf("admission: projected completion %.0fms exceeds the %.0fms budget (%s)", busy*1e3, allowed*1e3, reason)
-	if idle := m * p.IdleFinish(); idle > allowed {
+	if idle := m * idleBound(p); idle > allowed {
 		// Waiting will not help: the same request with the same budget is refused again. Say
-		// what would (the RetryInfo delay is the idle time, the budget it needs).
-		reason, retry = ReasonDeadline, idle
+		// what would: the RetryInfo delay is the budget it needs (m·idle ≤ headroom·B).
+		reason, retry = ReasonDeadline, idle/a.cfg.Headroom
 		msg = fmt.Sprintf("admission: the request needs about %.0fms even on idle nodes, more than its %.0fms budget "+
 			"(deadline): send a longer deadline, or fewer or shorter items", idle*1e3, allowed*1e3)
 	}
@@ -191,6 +196,26 @@ func (a *Admitter) Admit(p *plan.Plan, budget time.Duration) error {
 		st = d
 	}
 	return &Rejection{reason: reason, err: st.Err()}
+}
+
+// idleBound is when the plan's batches would be answered with every candidate idle: each, dearest
+// first, on the candidate (of p.Candidates) with the least of them so far, as least-loaded
+// placement puts them on idle nodes; never more than its own nodes' IdleFinish. IdleFinish alone
+// counts batches queued on one node only because its peers were busy: such a request fits once
+// they drain, and is overload, not deadline.
+func idleBound(p *plan.Plan) float64 {
+	var work []float64
+	for _, b := range p.Batches {
+		if b.Lease != nil {
+			work = append(work, b.Lease.Predicted)
+		}
+	}
+	slices.SortFunc(work, func(x, y float64) int { return cmp.Compare(y, x) })
+	bins := make([]float64, max(1, min(p.Candidates, len(work))))
+	for _, w := range work {
+		bins[slices.Index(bins, slices.Min(bins))] += w
+	}
+	return min(p.IdleFinish(), slices.Max(bins))
 }
 
 // maxRetryDelay caps a refusal's RetryInfo delay.

@@ -1,0 +1,81 @@
+package admit
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/internal/fakenode"
+	"github.com/relevance-scoring/relevance/prompt"
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
+	"github.com/relevance-scoring/relevance/proxy/cluster"
+	"github.com/relevance-scoring/relevance/proxy/plan"
+	"github.com/relevance-scoring/relevance/proxy/route"
+	"github.com/relevance-scoring/relevance/proxy/route/leastloaded"
+	"github.com/relevance-scoring/relevance/proxy/split/cost"
+)
+
+// TestBusyPeerIsOverloadNotDeadline: two nodes, one idle and one 10 s behind. A two-batch
+// request (one item a batch) is planned with both batches queued on the idle node, so its plan
+// finishes after 2 batches' time; its budget holds 1.5. On the nodes idle it would run one batch
+// on each and fit: the same request with the same budget is admitted once the backlog drains. So
+// it is an overload refusal (wait for the backlog), not "deadline" ("even on idle nodes": send a
+// longer deadline, a retry with the same budget would be refused again).
+func TestBusyPeerIsOverloadNotDeadline(t *testing.T) {
+	nodes, err := fakenode.StartCluster(2, fakenode.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nodes.Close)
+	c := cluster.New(cluster.Config{Static: nodes.Addrs(), Prior: costmodel.Coeffs{A: 1e-3, B: 1e-7, C: 0.01}, Forgetting: 0.99,
+		Breaker: cluster.BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}}, nil)
+	t.Cleanup(func() { c.Close() })
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.WaitFor(ctx, func() bool { return len(c.Eligible(nil)) == 2 }); err != nil {
+		t.Fatal(err)
+	}
+	counter, err := prompt.NewCounter(prompt.CountEstimate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := plan.NewPlanner(plan.Config{MaxBatchItems: 1}, counter, cost.New(), c, plan.NewPlacer(c, leastloaded.New(0, route.DefaultRand)))
+	req := &relevancev1.ScoreRequest{Query: "usb-c charger"}
+	for i := range 2 {
+		req.Items = append(req.Items, &relevancev1.Item{Text: fmt.Sprintf("item %d: a 65 W GaN charger", i)})
+	}
+	a := New(Config{Headroom: 1, MinSamples: 0}, nil, nil)
+
+	busy := c.Snapshot()[1]
+	backlog := plan.NewPlacer(c, nil).PlaceOn(plan.Work{Features: costmodel.Features{Batches: 1000}}, busy) // 10 s
+	if backlog == nil {
+		t.Fatal("no lease on the busy node")
+	}
+	p := pl.Plan(req, "r", "")
+	if len(p.Batches) != 2 || p.Batches[0].Lease.Node != p.Batches[1].Lease.Node {
+		t.Fatalf("want both batches on the idle node, got %d batches", len(p.Batches))
+	}
+	one := p.Batches[0].Lease.Predicted
+	budget := time.Duration(1.5 * one * float64(time.Second))
+	refused := a.Admit(p, budget)
+	p.Release()
+	backlog.Release()
+	if refused == nil {
+		t.Fatalf("2 × %.3fs queued on one node admitted in %v", one, budget)
+	}
+
+	// The backlog drained: the same request, the same budget.
+	p2 := pl.Plan(req, "r", "")
+	defer p2.Release()
+	if err := a.Admit(p2, budget); err != nil {
+		t.Fatalf("after the backlog drained: %v", err)
+	}
+	if r := refused.(*Rejection); r.reason != ReasonOverload {
+		t.Errorf("refused as %q (%v), but the same request with the same budget is admitted once the other node's backlog drains", r.reason, refused)
+	}
+}
