@@ -87,6 +87,9 @@ type Options struct {
 	Template Template
 	// NoMetrics serves no load gauges (a server started without metrics).
 	NoMetrics bool
+	// NoModelList serves no list of the models served (vLLM /v1/models, TEI /info, Infinity
+	// /models, which also carries its load): 404, as behind a gateway that routes only the API.
+	NoModelList bool
 	// Latency, when set, is how long each rerank call takes (ProfileLatency makes one from a
 	// measured cost profile). With Concurrency it is the call's processing time, counted from
 	// when it leaves the queue.
@@ -195,6 +198,9 @@ func Start(kind string, opts Options) (*Server, error) {
 	mux.HandleFunc("GET "+d.healthPath, s.track(s.health))
 	if d.load != nil {
 		d.load(s, mux)
+	}
+	if d.models != nil && !opts.NoModelList {
+		d.models(s, mux)
 	}
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	s.wg.Add(1)
@@ -354,6 +360,8 @@ type dialect struct {
 	healthOK, healthDown func(w http.ResponseWriter)
 	// load registers the load-gauge endpoint(s).
 	load func(s *Server, mux *http.ServeMux)
+	// models registers the endpoint that says what the server serves (nil: none, or load's).
+	models func(s *Server, mux *http.ServeMux)
 	// scoreKey names the entry's score field (the one ShapeNonNumericScore corrupts).
 	scoreKey func(p parsed) string
 }

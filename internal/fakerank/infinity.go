@@ -65,8 +65,10 @@ func infinityDialect() *dialect {
 				return invalid("bool_type", "raw_scores", "Input should be a valid boolean", nil)
 			}
 			if m, present, _ := str(body, "model"); present && m != "default/not-specified" && m != s.opts.Model {
+				// As a server of several models (engine.py, AsyncEngineArray.__getitem__); one of
+				// a single model would score with it whatever the name.
 				return parsed{}, &httpError{http.StatusBadRequest, infinityError(http.StatusBadRequest,
-					fmt.Sprintf("model %s not loaded, available: [%s]", m, s.opts.Model))}
+					fmt.Sprintf("Invalid model: Engine for model name `%s` not found. Available model names are ['%s']", m, s.opts.Model))}
 			}
 			return parsed{query: q, docs: docs, topN: topN, raw: raw, echo: echo}, nil
 		},
@@ -96,7 +98,7 @@ func infinityDialect() *dialect {
 			writeJSON(w, http.StatusServiceUnavailable, infinityError(http.StatusServiceUnavailable, "model not ready"))
 		},
 		load: func(s *Server, mux *http.ServeMux) {
-			if s.opts.NoMetrics {
+			if s.opts.NoMetrics || s.opts.NoModelList {
 				return
 			}
 			mux.HandleFunc("GET /models", s.track(func(w http.ResponseWriter, _ *http.Request) {

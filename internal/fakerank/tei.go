@@ -18,7 +18,9 @@ import (
 //   - core/src/tokenization.rs: an input over --max-input-length with truncate false is a
 //     Validation error ("`inputs` must have less than M tokens. Given: N");
 //   - a single-label classifier's score is its logit with raw_scores, else its sigmoid;
-//   - core/src/queue.rs, router/src/prometheus.rs: te_queue_size, te_batch_current_size.
+//   - core/src/queue.rs, router/src/prometheus.rs: te_queue_size, te_batch_current_size;
+//   - router/src/lib.rs (Info), router/src/http/server.rs (get_model_info): GET /info {model_id,
+//     model_sha, model_dtype, model_type {reranker {id2label, label2id}}, max_client_batch_size, …}.
 func teiDialect() *dialect {
 	return &dialect{
 		rerankPaths: []string{"/rerank"},
@@ -83,6 +85,15 @@ func teiDialect() *dialect {
 			s.gauges(mux, "te_queue_size", "te_batch_current_size", nil)
 		},
 		scoreKey: func(parsed) string { return "score" },
+		models: func(s *Server, mux *http.ServeMux) {
+			mux.HandleFunc("GET /info", s.track(func(w http.ResponseWriter, _ *http.Request) {
+				writeJSON(w, http.StatusOK, map[string]any{
+					"model_id": s.opts.Model, "model_sha": nil, "model_dtype": "float16",
+					"model_type":            map[string]any{"reranker": map[string]any{"id2label": map[string]any{"0": "LABEL_0"}, "label2id": map[string]any{"LABEL_0": 0}}},
+					"max_client_batch_size": s.opts.MaxItems, "max_input_length": s.opts.MaxTokens,
+				})
+			}))
+		},
 	}
 }
 

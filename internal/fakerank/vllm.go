@@ -20,7 +20,10 @@ import (
 //   - vllm/model_executor/models/adapters.py (from_2_way_softmax): Qwen3-Reranker's yes/no rows
 //     become one logit, and the pooler's default activation makes relevance_score its sigmoid;
 //   - vllm/entrypoints/openai/engine/protocol.py: ErrorResponse {error {message, type, param, code}};
-//   - GET /health (200), GET /metrics (vllm:num_requests_waiting, vllm:num_requests_running).
+//   - GET /health (200), GET /metrics (vllm:num_requests_waiting, vllm:num_requests_running);
+//   - vllm/entrypoints/openai/models/serving.py: GET /v1/models {object: "list", data: [{id,
+//     object: "model", root, max_model_len, …}]}; a request naming another model is 404 "The
+//     model `m` does not exist." (check_model).
 func vllmDialect() *dialect {
 	return &dialect{
 		rerankPaths: []string{"/rerank", "/v1/rerank", "/v2/rerank"},
@@ -82,6 +85,13 @@ func vllmDialect() *dialect {
 			s.gauges(mux, "vllm:num_requests_waiting", "vllm:num_requests_running", prometheus.Labels{"model_name": s.opts.Model, "engine": "0"})
 		},
 		scoreKey: func(parsed) string { return "relevance_score" },
+		models: func(s *Server, mux *http.ServeMux) {
+			mux.HandleFunc("GET /v1/models", s.track(func(w http.ResponseWriter, _ *http.Request) {
+				writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
+					"id": s.opts.Model, "object": "model", "owned_by": "vllm", "root": s.opts.Model, "max_model_len": s.opts.MaxTokens,
+				}}})
+			}))
+		},
 	}
 }
 

@@ -18,7 +18,9 @@
 //   - codes.ResourceExhausted: the server shed the request (HTTP 429);
 //   - codes.Unavailable: the server could not be reached or answered 5xx / 503;
 //   - codes.DeadlineExceeded: no answer within the call's deadline; codes.Canceled: the caller left;
-//   - codes.Unimplemented: the endpoint or model does not exist (HTTP 404): a misconfigured node;
+//   - codes.Unimplemented: the endpoint or model does not exist (HTTP 404, or the kind's own way of
+//     saying that it does not serve the model named): a misconfigured node; an unknown model's
+//     error also matches ErrModelNotServed;
 //   - codes.Internal: a reply in the wrong shape; the message names the field, e.g.
 //     "node tei@127.0.0.1:8081: results[3].index 7 out of range for 4 documents".
 //
@@ -34,6 +36,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -102,6 +105,36 @@ type Loader interface {
 type HealthWaiter interface {
 	HealthTimeout() time.Duration
 }
+
+// ModelChecker is implemented by kinds whose server says which models it serves (vLLM and
+// Infinity: their model list; TEI: /info's model_id). The proxy checks when a node joins and
+// when it comes back, and keeps a node whose server does not serve the configured model out of
+// traffic: its health endpoint answers, yet every batch sent to it would fail.
+type ModelChecker interface {
+	// CheckModel returns a *ModelError when the server lists what it serves and Spec.Model is not
+	// among it. It returns nil when the model is served, when none is configured, and when the
+	// server could not say (no such endpoint, another status, a reply not understood, no
+	// reply): a node that cannot be checked is not kept out on that account.
+	CheckModel(ctx context.Context) error
+}
+
+// ErrModelNotServed is matched (errors.Is) by the errors that say a server does not serve the
+// configured model: ModelChecker's *ModelError, and a ScoreBatch error for a reply that said so.
+var ErrModelNotServed = errors.New("the server does not serve the configured model")
+
+// ModelError is ModelChecker's finding: the server serves Served, not Model.
+type ModelError struct {
+	Node   string   // "<kind>@<addr>"
+	Model  string   // the configured model (Spec.Model)
+	Served []string // what the server says it serves
+}
+
+func (e *ModelError) Error() string {
+	return fmt.Sprintf("node %s: serves %q, not the configured model %q", e.Node, e.Served, e.Model)
+}
+
+// Is makes a ModelError match ErrModelNotServed.
+func (e *ModelError) Is(target error) bool { return target == ErrModelNotServed }
 
 // Limits bound one request to a server.
 type Limits struct {

@@ -2,9 +2,12 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,5 +101,57 @@ func TestBusyTEIStaysHealthy(t *testing.T) {
 				lost = true
 			}
 		}
+	}
+}
+
+// TestNodeKeptOutForItsModelJoinsOnceServed: a vLLM server whose /v1/models lists another model
+// than the configured one is kept out of traffic, with the reason in its status, though its
+// health endpoint answers; the check is retried, and once the server serves the configured model
+// (a restart the polls did not see) the node joins.
+func TestNodeKeptOutForItsModelJoinsOnceServed(t *testing.T) {
+	defer func(p, r time.Duration) { pollEvery, modelRecheck = p, r }(pollEvery, modelRecheck)
+	pollEvery, modelRecheck = 10*time.Millisecond, 50*time.Millisecond
+	var served atomic.Value
+	served.Store("org/other")
+	var checks atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+			w.WriteHeader(200)
+		case "/v1/models":
+			checks.Add(1)
+			fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model"}]}`, served.Load())
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	c := New(Config{Backends: []backend.Spec{{Kind: backend.KindVLLM, Addr: srv.URL, Model: "org/wanted"}}, Prior: testPrior, Forgetting: 0.99,
+		Breaker: BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}}, nil)
+	defer c.Close()
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The model checked twice (at join, then again), or the node in traffic.
+	for deadline := time.Now().Add(5 * time.Second); !c.Ready() && checks.Load() < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no second model check within 5 s (%d checks)", checks.Load())
+		}
+	}
+	st := c.Status()[0]
+	if st.Healthy {
+		t.Fatalf("node serving org/other joined though org/wanted is configured: %+v", st)
+	}
+	if !strings.Contains(st.NotReady, "org/wanted") || !strings.Contains(st.NotReady, "org/other") {
+		t.Errorf("not_ready = %q, want the configured org/wanted and the served org/other named", st.NotReady)
+	}
+	served.Store("org/wanted")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatalf("serving org/wanted, the node did not join: %v (%+v)", err, c.Status()[0])
+	}
+	if st := c.Status()[0]; st.NotReady != "" {
+		t.Errorf("joined with not_ready = %q, want none", st.NotReady)
 	}
 }

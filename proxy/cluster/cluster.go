@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/sony/gobreaker/v2"
+	"google.golang.org/grpc/status"
 
 	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/proxy/backend"
@@ -268,6 +269,26 @@ func (c *Cluster) Fallback(exclude []*Node) []*Node {
 	return []*Node{best}
 }
 
+// ModelNotServed takes out of traffic a node of another kind whose server answered a batch that
+// it does not serve the configured model (backend.ErrModelNotServed): every batch sent to it would
+// fail alike, and counted as failures they would only open its breaker, which lets a batch
+// through again every open timeout. Its health poll lets it back once its model check passes
+// or cannot tell (checkModel), checked every modelRecheck.
+func (c *Cluster) ModelNotServed(n *Node, err error) {
+	if n.be == nil {
+		return // our scorer's health is its own
+	}
+	n.outMu.Lock()
+	first := n.out.Load() == nil
+	n.out.Store(&modelOut{reason: status.Convert(err).Message(), at: time.Now()})
+	n.setHealthy(false, c.notify)
+	n.outMu.Unlock()
+	if first {
+		c.log.Warn("scorer node answers that it does not serve the configured model: kept out of traffic until it does",
+			"node", n.addr, "model", n.wantModel, "err", err)
+	}
+}
+
 // Models is the sorted set of model names the nodes last reported (empty before any reply).
 func (c *Cluster) Models() []string {
 	var out []string
@@ -350,6 +371,9 @@ type NodeStatus struct {
 	// WarmingSamples is how many more replies the node, back in traffic, is priced with its
 	// peers' mean model blended in (Node.Coeffs); Coefficients are its own either way.
 	WarmingSamples int64 `json:"warming_samples,omitempty"`
+	// NotReady is why the node is kept out of traffic although its server answers its health
+	// endpoint: it does not serve the configured model ("": it is not).
+	NotReady string `json:"not_ready,omitempty"`
 	// Model and Fingerprint are what the node last answered with.
 	Model       string `json:"model,omitempty"`
 	Fingerprint string `json:"model_fingerprint,omitempty"`
@@ -388,6 +412,7 @@ func (c *Cluster) Status() []NodeStatus {
 			Addr:                n.addr,
 			Kind:                n.kind,
 			Healthy:             n.healthy.Load(),
+			NotReady:            n.NotReady(),
 			Breaker:             n.breaker.State().String(),
 			BreakerOpened:       n.transitions[gobreaker.StateOpen].Load(),
 			BreakerHalfOpened:   n.transitions[gobreaker.StateHalfOpen].Load(),
@@ -530,7 +555,7 @@ func (c *Cluster) setMembers(dns []string) error {
 		ctx, cancel := context.WithCancel(c.ctx)
 		n.stop = cancel
 		if n.be != nil {
-			c.watchers.Go(func() { n.pollBackend(ctx, c.notify) })
+			c.watchers.Go(func() { n.pollBackend(ctx, c.notify, c.log) })
 		} else {
 			c.watchers.Go(func() { n.watchHealth(ctx, c.notify) })
 		}

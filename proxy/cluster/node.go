@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math"
 	"slices"
 	"sync"
@@ -35,6 +36,14 @@ type Node struct {
 	be     backend.Backend
 	kind   string
 	limits backend.Limits
+	// wantModel is the model configured for another kind of node (backend.Spec.Model).
+	wantModel string
+	// out says why the node is kept out of traffic although its server answers its health
+	// endpoint — the server does not serve wantModel (backend.ModelChecker, or a reply that said
+	// so) — and since when; nil: it is not. Replaced with the health verdict under outMu, so that
+	// a poll's verdict cannot put back a node that a reply has just taken out.
+	outMu sync.Mutex
+	out   atomic.Pointer[modelOut]
 	// callTimeout caps one call to a scorer node given as a backends entry (0: none, the
 	// request's deadline alone).
 	callTimeout time.Duration
@@ -128,7 +137,7 @@ func newBackendNode(spec backend.Spec, cfg Config, onState func(addr string, to 
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{addr: spec.Node(), be: be, kind: spec.Kind, limits: be.Limits(),
+	n := &Node{addr: spec.Node(), be: be, kind: spec.Kind, limits: be.Limits(), wantModel: spec.Model,
 		learn: costmodel.NewLearner(cfg.Prior, cfg.Forgetting), forgetting: cfg.Forgetting}
 	n.init(cfg, onState)
 	return n, nil
@@ -761,18 +770,31 @@ func (n *Node) ObserveLatency(f costmodel.Features, seconds float64, items int, 
 
 // pollBackend keeps another kind of server's health (its health endpoint, every pollEvery) and
 // its backlog (its own load gauges, where it has them: requests waiting and running beyond this
-// proxy's, priced at the pairs' observed average) until ctx ends.
-func (n *Node) pollBackend(ctx context.Context, changed func()) {
+// proxy's, priced at the pairs' observed average) until ctx ends. A server whose kind can say
+// what it serves (backend.ModelChecker) is healthy only once it serves the configured model.
+func (n *Node) pollBackend(ctx context.Context, changed func(), log *slog.Logger) {
 	t := time.NewTicker(pollEvery)
 	defer t.Stop()
 	loader, _ := n.be.(backend.Loader)
+	checker, _ := n.be.(backend.ModelChecker)
 	probe := time.Second
 	if w, ok := n.be.(backend.HealthWaiter); ok {
 		probe = max(probe, w.HealthTimeout())
 	}
 	for {
 		hctx, cancel := context.WithTimeout(ctx, probe)
+		seen := n.out.Load()
 		ok := n.be.Healthy(hctx)
+		out := seen
+		switch {
+		case !ok:
+			out = nil // down: what it serves once back is checked afresh, at once
+		case seen != nil || checker != nil && !n.healthy.Load():
+			// Joining, back, or kept out for its model: its health endpoint answers whatever
+			// it serves (a typo in the configuration, a restart on other weights).
+			out = n.checkModel(hctx, checker, seen, log)
+			ok = out == nil
+		}
 		if ok && loader != nil {
 			if waiting, running, has := loader.LoadGauge(hctx); has {
 				pairs := math.Max(0, waiting+running-float64(n.inflightPairs.Load()))
@@ -783,7 +805,14 @@ func (n *Node) pollBackend(ctx context.Context, changed func()) {
 		if ctx.Err() != nil {
 			return
 		}
+		n.outMu.Lock()
+		if n.out.Load() == seen {
+			n.out.Store(out)
+		} else {
+			ok = false // a reply took it out meanwhile (Cluster.ModelNotServed): until the next check
+		}
 		n.setHealthy(ok, changed)
+		n.outMu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
@@ -794,6 +823,58 @@ func (n *Node) pollBackend(ctx context.Context, changed func()) {
 
 // pollEvery is how often another kind of server's health and load are read.
 var pollEvery = 500 * time.Millisecond
+
+// modelRecheck is how often the model of a node kept out for it is checked again (a server
+// restarted with the right model joins within it, or at once when it was seen down). Not every
+// poll: a server that cannot be checked but answered a batch that it does not serve the model
+// comes back on each check, and costs a batch each time.
+var modelRecheck = 5 * time.Second
+
+// modelOut is why a node is kept out of traffic for its model, and when that was found.
+type modelOut struct {
+	reason string
+	at     time.Time
+}
+
+// checkModel checks the model of a node joining, back, or kept out for its model (out: why, or
+// nil), and returns why it stays out (nil: it may take traffic). A node kept out is checked again
+// only every modelRecheck; one whose kind cannot check (checker nil) is then let back. A finding
+// is logged once, naming the configured and served models.
+func (n *Node) checkModel(ctx context.Context, checker backend.ModelChecker, out *modelOut, log *slog.Logger) *modelOut {
+	now := time.Now()
+	if out != nil && now.Sub(out.at) < modelRecheck {
+		return out
+	}
+	var err error
+	if checker != nil {
+		err = checker.CheckModel(ctx)
+	}
+	if !errors.Is(err, backend.ErrModelNotServed) {
+		if out != nil {
+			log.Info("scorer node passes its model check (or cannot be checked): back in traffic", "node", n.addr, "model", n.wantModel)
+		}
+		return nil
+	}
+	next := &modelOut{reason: err.Error(), at: now}
+	if out == nil || out.reason != next.reason {
+		var served []string
+		if me := (*backend.ModelError)(nil); errors.As(err, &me) {
+			served = me.Served
+		}
+		log.Warn("scorer node does not serve the configured model: kept out of traffic until it does",
+			"node", n.addr, "model", n.wantModel, "served", served)
+	}
+	return next
+}
+
+// NotReady is why the node takes no traffic although its server answers its health endpoint
+// ("": it is not kept out).
+func (n *Node) NotReady() string {
+	if o := n.out.Load(); o != nil {
+		return o.reason
+	}
+	return ""
+}
 
 // closeConn closes the node's connection or adapter.
 func (n *Node) closeConn() error {

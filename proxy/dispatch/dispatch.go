@@ -20,7 +20,9 @@
 //     (RESOURCE_EXHAUSTED: a full queue, an HTTP server's 429) are excluded. A shedding node is
 //     alive and answering; counted, an overloaded cluster would trip its nodes' breakers in turn
 //     and refuse everything (Envoy's outlier detection likewise leaves 429 out of its 5xx
-//     counts). The batch is still retried on another node.
+//     counts). The batch is still retried on another node. A node answering that it does not
+//     serve the configured model (backend.ErrModelNotServed) is not counted either: it is taken
+//     out of traffic (cluster.ModelNotServed) until it does.
 //   - Rescue: a batch still unanswered RescueFactor × its projected finish after it was sent (and
 //     at least RescueMinLate past that finish) goes to a second node too, once, if the placer's
 //     pick can finish it before the deadline and the retry budget allows. The timer is pulled in
@@ -712,6 +714,11 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, mk 
 		// deadline; until this batch's deadline (its RetryInfo when it gave one) take it as busy.
 		n.Shed(now, shedHold(ctx, err, now))
 		err = fmt.Errorf("node %s: %w", n.Addr(), err)
+	case errors.Is(err, backend.ErrModelNotServed):
+		// Not the node failing but serving another model: out of traffic until it serves the
+		// configured one (classify kept it from the breaker; the batch is retried elsewhere).
+		d.cluster.ModelNotServed(n, err)
+		err = fmt.Errorf("node %s: %w", n.Addr(), err)
 	case !errors.Is(verdict, cluster.ErrExcluded):
 		n.Failed(now)
 		if status.Code(err) == codes.Unimplemented && n.FirstMisconfigured() && d.cfg.Log != nil {
@@ -867,13 +874,14 @@ func checkReply(resp *relevancev1.ScoreBatchResponse, items int) error {
 
 // classify turns a call's error into what the breaker should count: nil (success), an error
 // wrapping cluster.ErrExcluded (neither: cancellations, the caller's bad input, a node shedding
-// load, and deadlines that were the caller's — the call ran less than twice its expected
-// completion plus 20ms), or a failure.
+// load or not serving the configured model (taken out of traffic instead), and deadlines that
+// were the caller's — the call ran less than twice its expected completion plus 20ms), or a
+// failure.
 func classify(ctx context.Context, err error, el time.Duration, expected float64) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(ctx.Err(), context.Canceled) {
+	if errors.Is(ctx.Err(), context.Canceled) || errors.Is(err, backend.ErrModelNotServed) {
 		return fmt.Errorf("%w: %w", cluster.ErrExcluded, err)
 	}
 	switch status.Code(err) {

@@ -16,6 +16,12 @@
 //	                                     FailedPrecondition here
 //	4xx/5xx {"error": {"message", "type", "param", "code"}}   429 "model overloaded"
 //	GET /health → 200 {"unix": t}; GET /models → data[].stats {queue_absolute, results_pending, …}
+//	400 "Invalid model: Engine for model name `m` not found. …"   a model the server does not
+//	                                     serve, when it serves several → backend.ErrModelNotServed
+//
+// Model: when the spec names one, it is sent, and the node joins only once GET /models lists it
+// among data[].id (backend.ModelChecker). A server of one model scores any name with it, so the
+// check is where a wrong one shows.
 //
 // Scores: raw_scores=true returns the cross-encoder's logit (yes − no for a Qwen3-Reranker in its
 // sequence-classification conversion); the adapter applies the sigmoid, so Logit is the server's
@@ -39,6 +45,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 
@@ -63,8 +70,9 @@ type Backend struct {
 }
 
 var (
-	_ backend.Backend = (*Backend)(nil)
-	_ backend.Loader  = (*Backend)(nil)
+	_ backend.Backend      = (*Backend)(nil)
+	_ backend.Loader       = (*Backend)(nil)
+	_ backend.ModelChecker = (*Backend)(nil)
 )
 
 // New connects to the Infinity server spec names (spec.Kind "" or "infinity").
@@ -103,10 +111,16 @@ func classify(httpStatus int, _ string, body []byte) (codes.Code, bool) {
 	return 0, false
 }
 
+// unknownModel: a model name the server does not serve (of several) is a 400 "Invalid model: …"
+// (infinity_server.py, _resolve_engine).
+func unknownModel(httpStatus int, msg string) bool {
+	return httpStatus == http.StatusBadRequest && strings.HasPrefix(msg, "Invalid model")
+}
+
 // ScoreBatch implements backend.Backend.
 func (b *Backend) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchRequest) (*relevancev1.ScoreBatchResponse, error) {
 	return b.c.Rerank(ctx, req, b.limits, wire.Exchange{
-		Path: "/rerank", Classify: classify, Template: b.tmpl, Instruction: wire.FixedInstruction,
+		Path: "/rerank", Classify: classify, UnknownModel: unknownModel, Template: b.tmpl, Instruction: wire.FixedInstruction,
 		Body: func(query string, docs []string, _ *relevancev1.ScoreBatchRequest) any {
 			return rerankRequest{Model: b.model, Query: query, Documents: docs, RawScores: true, TopN: len(docs)}
 		},
@@ -117,6 +131,11 @@ func (b *Backend) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchReq
 
 // Healthy implements backend.Backend: GET /health answers 200.
 func (b *Backend) Healthy(ctx context.Context) bool { return b.c.Healthy(ctx, "/health") }
+
+// CheckModel implements backend.ModelChecker: GET /models lists the configured model.
+func (b *Backend) CheckModel(ctx context.Context) error {
+	return b.c.CheckModel(ctx, b.model, "/models", wire.ModelIDs)
+}
 
 // LoadGauge implements backend.Loader from GET /models: stats.queue_absolute (waiting) and
 // stats.results_pending (running).

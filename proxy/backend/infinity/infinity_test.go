@@ -2,11 +2,14 @@ package infinity_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/relevance-scoring/relevance/internal/fakerank"
 	"github.com/relevance-scoring/relevance/proxy/backend"
@@ -24,6 +27,11 @@ var kit = conformance.Kit{
 }
 
 func TestConformance(t *testing.T) { conformance.Run(t, kit) }
+
+// TestModelCheckKeepsOutOnlyAServerListingOtherModels: see conformance.ModelCheck.
+func TestModelCheckKeepsOutOnlyAServerListingOtherModels(t *testing.T) {
+	conformance.ModelCheck(t, kit)
+}
 
 // TestRequestFields pins what goes on the wire: raw logits, no echo, top_n = every document.
 func TestRequestFields(t *testing.T) {
@@ -53,5 +61,18 @@ func TestLoadGaugeOfNamedModel(t *testing.T) {
 	defer cancel()
 	if w, r, ok := b.(backend.Loader).LoadGauge(ctx); ok {
 		t.Errorf("LoadGauge() = %v, %v, true for a model the server does not list", w, r)
+	}
+}
+
+// TestWrongModelIsNotServed: a server of several models answers a model it does not serve with
+// 400 "Invalid model: …" — not the caller's bad input (INVALID_ARGUMENT, never retried) but a
+// misconfigured node: Unimplemented, matching backend.ErrModelNotServed.
+func TestWrongModelIsNotServed(t *testing.T) {
+	_, b := conformance.Start(t, kit, fakerank.Options{Model: "served"}, func(s *backend.Spec) { s.Model = "other" })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := b.ScoreBatch(ctx, conformance.Request(1))
+	if status.Code(err) != codes.Unimplemented || !errors.Is(err, backend.ErrModelNotServed) {
+		t.Fatalf("error = %v, want Unimplemented matching backend.ErrModelNotServed", err)
 	}
 }

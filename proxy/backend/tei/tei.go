@@ -13,6 +13,12 @@
 //	                                         truncating), Overloaded 429, Tokenizer 422, Empty 400,
 //	                                         Backend 424, Unhealthy 503
 //	GET /health → 200 | 503; GET /metrics → te_queue_size (waiting), te_batch_current_size (running)
+//	GET /info → {"model_id": m, "model_sha", "model_type": {"reranker": …}, "max_client_batch_size", …}
+//
+// Model: TEI serves the one model it was started with and takes no model name in requests, so
+// a spec's model is only the name replies carry — and the name /info's model_id must have for
+// the node to join (backend.ModelChecker): a server started with another --model-id would score
+// with other weights.
 //
 // Scores: raw_scores=true makes TEI return the classifier's logit (yes − no for a
 // Qwen3-Reranker converted to sequence classification); the adapter applies the sigmoid, so
@@ -34,6 +40,7 @@ package tei
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
@@ -61,6 +68,7 @@ var (
 	_ backend.Backend      = (*Backend)(nil)
 	_ backend.Loader       = (*Backend)(nil)
 	_ backend.HealthWaiter = (*Backend)(nil)
+	_ backend.ModelChecker = (*Backend)(nil)
 )
 
 // New connects to the TEI server spec names (spec.Kind "" or "tei").
@@ -105,6 +113,19 @@ func (b *Backend) Healthy(ctx context.Context) bool { return b.c.Healthy(ctx, "/
 // after the batch it is running (Backend::health in backends/src/lib.rs), so a probe may wait as
 // long as a call.
 func (b *Backend) HealthTimeout() time.Duration { return b.timeout }
+
+// CheckModel implements backend.ModelChecker: GET /info's model_id is the configured model.
+func (b *Backend) CheckModel(ctx context.Context) error {
+	return b.c.CheckModel(ctx, b.model, "/info", func(body []byte) ([]string, bool) {
+		var info struct {
+			ModelID string `json:"model_id"`
+		}
+		if json.Unmarshal(body, &info) != nil || info.ModelID == "" {
+			return nil, false
+		}
+		return []string{info.ModelID}, true
+	})
+}
 
 // LoadGauge implements backend.Loader: te_queue_size and te_batch_current_size, in pairs.
 func (b *Backend) LoadGauge(ctx context.Context) (waiting, running float64, ok bool) {

@@ -25,6 +25,11 @@ var kit = conformance.Kit{
 
 func TestConformance(t *testing.T) { conformance.Run(t, kit) }
 
+// TestModelCheckKeepsOutOnlyAServerListingOtherModels: see conformance.ModelCheck.
+func TestModelCheckKeepsOutOnlyAServerListingOtherModels(t *testing.T) {
+	conformance.ModelCheck(t, kit)
+}
+
 // TestRequestFields pins what goes on the wire: texts, not documents; raw logits; no echo; no
 // server-side truncation.
 func TestRequestFields(t *testing.T) {

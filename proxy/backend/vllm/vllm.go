@@ -17,9 +17,17 @@
 //	                                     echoed, so the reply-size cap grows with the request
 //	4xx/5xx {"error": {"message", "type", "param", "code"}}   400 BadRequestError (validation,
 //	                                     "This model's maximum context length is … tokens" →
-//	                                     FailedPrecondition here), 404 for an unknown model name
+//	                                     FailedPrecondition here), 404 "The model `m` does not
+//	                                     exist." for an unknown model name (openai/models/
+//	                                     serving.py, check_model) → backend.ErrModelNotServed
 //	GET /health → 200; GET /metrics → vllm:num_requests_waiting, vllm:num_requests_running
 //	                                     (one per pair: vLLM schedules each pair as a request)
+//	GET /v1/models → {"object": "list", "data": [{"id": served name, "root": path, …}, …]}
+//	                                     (the served model names, then LoRA adapters loaded)
+//
+// Model: when the spec names one, it is sent, and the node joins only once /v1/models lists it
+// (backend.ModelChecker): a server started on other weights, or with another
+// --served-model-name, answers every batch 404.
 //
 // Scores: relevance_score is a probability. With the overrides above vLLM folds the "yes" and
 // "no" rows of the LM head into one classifier row (vllm/model_executor/models/adapters.py,
@@ -67,8 +75,9 @@ type Backend struct {
 }
 
 var (
-	_ backend.Backend = (*Backend)(nil)
-	_ backend.Loader  = (*Backend)(nil)
+	_ backend.Backend      = (*Backend)(nil)
+	_ backend.Loader       = (*Backend)(nil)
+	_ backend.ModelChecker = (*Backend)(nil)
 )
 
 // New connects to the vLLM server spec names (spec.Kind "" or "vllm").
@@ -95,10 +104,17 @@ func classify(httpStatus int, msg string, _ []byte) (codes.Code, bool) {
 	return 0, false
 }
 
+// unknownModel: a model name the server does not serve is a 404 "The model `m` does not exist."
+// (a 400 saying so is taken alike).
+func unknownModel(httpStatus int, msg string) bool {
+	return (httpStatus == http.StatusNotFound || httpStatus == http.StatusBadRequest) &&
+		strings.Contains(msg, "model") && strings.Contains(msg, "does not exist")
+}
+
 // ScoreBatch implements backend.Backend.
 func (b *Backend) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchRequest) (*relevancev1.ScoreBatchResponse, error) {
 	return b.c.Rerank(ctx, req, b.limits, wire.Exchange{
-		Path: "/rerank", Classify: classify, Template: b.tmpl, Instruction: wire.FixedInstruction,
+		Path: "/rerank", Classify: classify, UnknownModel: unknownModel, Template: b.tmpl, Instruction: wire.FixedInstruction,
 		Body: func(query string, docs []string, _ *relevancev1.ScoreBatchRequest) any {
 			return rerankRequest{Model: b.model, Query: query, Documents: docs, TopN: len(docs)}
 		},
@@ -109,6 +125,11 @@ func (b *Backend) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchReq
 
 // Healthy implements backend.Backend: GET /health answers 200.
 func (b *Backend) Healthy(ctx context.Context) bool { return b.c.Healthy(ctx, "/health") }
+
+// CheckModel implements backend.ModelChecker: GET /v1/models lists the configured model.
+func (b *Backend) CheckModel(ctx context.Context) error {
+	return b.c.CheckModel(ctx, b.model, "/v1/models", wire.ModelIDs)
+}
 
 // LoadGauge implements backend.Loader: vllm:num_requests_waiting and vllm:num_requests_running,
 // summed over engines.

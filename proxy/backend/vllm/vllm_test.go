@@ -2,6 +2,8 @@ package vllm_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +27,11 @@ var kit = conformance.Kit{
 }
 
 func TestConformance(t *testing.T) { conformance.Run(t, kit) }
+
+// TestModelCheckKeepsOutOnlyAServerListingOtherModels: see conformance.ModelCheck.
+func TestModelCheckKeepsOutOnlyAServerListingOtherModels(t *testing.T) {
+	conformance.ModelCheck(t, kit)
+}
 
 // TestRequestFields pins what goes on the wire: top_n = every document, the model when
 // configured, nothing that older servers would misread.
@@ -51,12 +58,18 @@ func TestRequestFields(t *testing.T) {
 	}
 }
 
-func TestWrongModelIsUnimplemented(t *testing.T) {
+// TestWrongModelIsUnimplementedAndNotServed: vLLM's 404 "The model `other` does not exist." is
+// Unimplemented, as any 404, and says that the server does not serve the configured model
+// (backend.ErrModelNotServed), so that the proxy takes the node out instead of counting failures.
+func TestWrongModelIsUnimplementedAndNotServed(t *testing.T) {
 	_, b := conformance.Start(t, kit, fakerank.Options{Model: "served"}, func(s *backend.Spec) { s.Model = "other" })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := b.ScoreBatch(ctx, conformance.Request(1))
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("error = %v, want Unimplemented (HTTP 404: no such model)", err)
+	}
+	if !errors.Is(err, backend.ErrModelNotServed) || !strings.Contains(status.Convert(err).Message(), "does not exist") {
+		t.Errorf("error = %v, want it to match backend.ErrModelNotServed and keep the server's message", err)
 	}
 }

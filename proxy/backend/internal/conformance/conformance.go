@@ -6,9 +6,11 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -438,5 +440,47 @@ func testConcurrent(t *testing.T, k Kit) {
 	}
 	if f.Calls() != 32 {
 		t.Errorf("server got %d calls, want 32", f.Calls())
+	}
+}
+
+// ModelCheck is the suite of a kind that implements backend.ModelChecker: a server that says
+// what it serves, and does not serve the configured model, is a *backend.ModelError naming both
+// (errors.Is backend.ErrModelNotServed); one that serves it, a spec naming no model, and a
+// server without the endpoint (404: it cannot say) are nil, so that the node still joins.
+func ModelCheck(t *testing.T, k Kit) {
+	check := func(t *testing.T, opts fakerank.Options, model string) error {
+		t.Helper()
+		_, b := Start(t, k, opts, func(s *backend.Spec) { s.Model = model })
+		mc, ok := b.(backend.ModelChecker)
+		if !ok {
+			t.Fatalf("%s does not implement backend.ModelChecker", k.Kind)
+		}
+		return mc.CheckModel(ctx(t, 5*time.Second))
+	}
+	t.Run("another model", func(t *testing.T) {
+		err := check(t, fakerank.Options{Model: "org/served"}, "org/wanted")
+		var me *backend.ModelError
+		if !errors.As(err, &me) || !errors.Is(err, backend.ErrModelNotServed) {
+			t.Fatalf("CheckModel() = %v, want a *backend.ModelError matching ErrModelNotServed", err)
+		}
+		if me.Model != "org/wanted" || !slices.Equal(me.Served, []string{"org/served"}) ||
+			!strings.Contains(err.Error(), "org/wanted") || !strings.Contains(err.Error(), "org/served") {
+			t.Errorf("CheckModel() = %#v (%v), want the configured model org/wanted and the served org/served named", me, err)
+		}
+	})
+	for _, c := range []struct {
+		name  string
+		opts  fakerank.Options
+		model string
+	}{
+		{"the model", fakerank.Options{Model: "org/served"}, "org/served"},
+		{"no model configured", fakerank.Options{Model: "org/served"}, ""},
+		{"no model list", fakerank.Options{Model: "org/served", NoModelList: true}, "org/wanted"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := check(t, c.opts, c.model); err != nil {
+				t.Errorf("CheckModel() = %v, want nil", err)
+			}
+		})
 	}
 }

@@ -3,9 +3,13 @@ package wire
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"slices"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/relevance-scoring/relevance/proxy/backend"
 )
 
 // Gauges reads a Prometheus text exposition and returns, for each name, the sum over its series
@@ -54,4 +58,44 @@ func (c *Client) LoadGauge(ctx context.Context, path, waiting, running string) (
 func (c *Client) Healthy(ctx context.Context, path string) bool {
 	_, ok := c.GetOK(ctx, path)
 	return ok
+}
+
+// CheckModel is backend.ModelChecker.CheckModel for a server that says at path what it serves:
+// served reads the names from the reply (ok false: a reply it does not understand). Only a list
+// of names without model is an error; no model configured, any status but 200 (a 404: a server
+// or gateway without the endpoint), no reply, or a reply not understood is nil, so that a server
+// that cannot be checked still joins.
+func (c *Client) CheckModel(ctx context.Context, model, path string, served func(body []byte) (names []string, ok bool)) error {
+	if model == "" {
+		return nil
+	}
+	body, ok := c.GetOK(ctx, path)
+	if !ok {
+		return nil
+	}
+	names, ok := served(body)
+	if !ok || len(names) == 0 || slices.Contains(names, model) {
+		return nil
+	}
+	return &backend.ModelError{Node: c.node, Model: model, Served: names}
+}
+
+// ModelIDs reads the ids of an OpenAI-style model list, {"data": [{"id": …}, …]} (vLLM's
+// /v1/models, Infinity's /models).
+func ModelIDs(body []byte) ([]string, bool) {
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(body, &list) != nil || list.Data == nil {
+		return nil, false
+	}
+	ids := make([]string, 0, len(list.Data))
+	for _, m := range list.Data {
+		if m.ID != "" {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids, true
 }

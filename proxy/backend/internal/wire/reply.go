@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/backend"
@@ -206,6 +207,10 @@ type Exchange struct {
 	// Path is the rerank endpoint; Classify maps its kind-specific errors (nil: none).
 	Path     string
 	Classify Classifier
+	// UnknownModel recognises the server's answer that it does not serve the model the request
+	// names (nil: the kind sends none, or its server takes any): the error is then
+	// codes.Unimplemented and matches backend.ErrModelNotServed.
+	UnknownModel func(httpStatus int, msg string) bool
 	// Template and Instruction form the pairs (Pair).
 	Template    string
 	Instruction Instruction
@@ -219,6 +224,15 @@ type Exchange struct {
 	Model      string
 	ReplyModel bool
 }
+
+// modelNotServed is the status error of a reply saying that the server does not serve the
+// requested model; it matches backend.ErrModelNotServed, so that the proxy takes the node out of
+// traffic instead of counting the failure.
+type modelNotServed struct{ st *status.Status }
+
+func (e *modelNotServed) Error() string              { return e.st.Err().Error() }
+func (e *modelNotServed) GRPCStatus() *status.Status { return e.st }
+func (e *modelNotServed) Is(target error) bool       { return target == backend.ErrModelNotServed }
 
 // Rerank scores req's items with one call of x under limits: documents cut to the server's
 // limits (fit), pairs formed, the body posted, the reply's entries read back in item order, with
@@ -252,8 +266,23 @@ func (c *Client) rerank(ctx context.Context, req *relevancev1.ScoreBatchRequest,
 	if err != nil {
 		return nil, err
 	}
-	body, err := c.PostJSON(ctx, x.Path, x.Body(query, docs, req), x.Classify)
+	classify, unknown := x.Classify, false
+	if x.UnknownModel != nil {
+		classify = func(httpStatus int, msg string, body []byte) (codes.Code, bool) {
+			if unknown = x.UnknownModel(httpStatus, msg); unknown {
+				return codes.Unimplemented, true
+			}
+			if x.Classify != nil {
+				return x.Classify(httpStatus, msg, body)
+			}
+			return 0, false
+		}
+	}
+	body, err := c.PostJSON(ctx, x.Path, x.Body(query, docs, req), classify)
 	if err != nil {
+		if unknown {
+			err = &modelNotServed{st: status.Convert(err)}
+		}
 		return nil, err
 	}
 	entries, err := Ranked(body, x.ArrayKey, x.IndexKey, x.ScoreKey, n)
