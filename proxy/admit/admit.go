@@ -23,8 +23,8 @@
 // still exactly when a share L of admitted requests is late. The tail stays within
 // [L/10, 1 − MarginQuantile]: MarginQuantile is the loosest margin, taken while nothing is late.
 // A rejected request is RESOURCE_EXHAUSTED with a RetryInfo delay. Its reason is "deadline" when
-// even idle nodes could not make it (m · idle > headroom · B, idle the plan's batches spread over
-// every candidate idle: idleBound; the delay is the budget the request needs, m · idle / headroom,
+// even idle nodes could not make it (m · idle > headroom · B, idle a bound on the plan's work
+// with every candidate idle: idleBound; the delay is the budget the request needs, m · idle / headroom,
 // and the message says so: a retry with the same budget would be refused again) and "overload"
 // otherwise (retry after T − headroom · B / m, the backlog that has to drain first).
 // Projections are trusted only once every candidate node has learned its cost model from
@@ -35,10 +35,8 @@
 package admit
 
 import (
-	"cmp"
 	"fmt"
 	"math"
-	"slices"
 	"sync"
 	"time"
 
@@ -48,6 +46,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/relevance-scoring/relevance/proxy/cluster"
 	"github.com/relevance-scoring/relevance/proxy/plan"
 )
 
@@ -180,9 +179,11 @@ func (a *Admitter) Admit(p *plan.Plan, budget time.Duration) error {
 	if idle := m * idleBound(p); idle > allowed {
 		// Waiting will not help: the same request with the same budget is refused again. Say
 		// what would: the RetryInfo delay is the budget it needs (m·idle ≤ headroom·B).
-		reason, retry = ReasonDeadline, idle/a.cfg.Headroom
-		msg = fmt.Sprintf("admission: the request needs about %.0fms even on idle nodes, more than its %.0fms budget "+
-			"(deadline): send a longer deadline, or fewer or shorter items", idle*1e3, allowed*1e3)
+		// Rounded up to the millisecond: truncated (to the nanosecond here, to the millisecond
+		// in Retry-After-Ms), a client resending with exactly that budget was refused again.
+		reason, retry = ReasonDeadline, math.Ceil(idle/a.cfg.Headroom*1e3)/1e3
+		msg = fmt.Sprintf("admission: the request needs a budget of about %.0fms even on idle nodes, more than its %.0fms "+
+			"(deadline): send a longer deadline, or fewer or shorter items", retry*1e3, budget.Seconds()*1e3)
 	}
 	st := status.New(codes.ResourceExhausted, msg)
 	// At least 10 ms, at most maxRetryDelay; NaN (a plan priced by a broken cost model) is the
@@ -198,24 +199,34 @@ func (a *Admitter) Admit(p *plan.Plan, budget time.Duration) error {
 	return &Rejection{reason: reason, err: st.Err()}
 }
 
-// idleBound is when the plan's batches would be answered with every candidate idle: each, dearest
-// first, on the candidate (of p.Candidates) with the least of them so far, as least-loaded
-// placement puts them on idle nodes; never more than its own nodes' IdleFinish. IdleFinish alone
-// counts batches queued on one node only because its peers were busy: such a request fits once
-// they drain, and is overload, not deadline.
+// idleBound is when the plan's work would be answered with every candidate idle, as far as the
+// plan can tell. A plan that uses every candidate, each idle at its first batch, was split and
+// placed knowing they were idle: its IdleFinish is the answer. A plan shaped by backlog — a node
+// with work ahead of its first batch, or candidates it left unused — may hold its work in fewer
+// or worse-placed batches than idle nodes would get (the cost splitter picks fewer batches
+// behind a busy peer, often one on the idle node): then its work spread evenly over the
+// candidates, never more than IdleFinish. That bound is optimistic (a finer split adds a
+// batch's overhead), as it must be: "deadline" tells the client that the same budget is refused
+// again, and a request that an idle cluster fits must not be told that.
 func idleBound(p *plan.Plan) float64 {
-	var work []float64
+	idle := p.IdleFinish()
+	used := map[*cluster.Node]bool{}
+	shaped := false
+	var total float64
 	for _, b := range p.Batches {
-		if b.Lease != nil {
-			work = append(work, b.Lease.Predicted)
+		if b.Lease == nil {
+			continue
 		}
+		if !used[b.Lease.Node] {
+			used[b.Lease.Node] = true
+			shaped = shaped || b.Lease.Start > 1e-9 // its first batch, in planned order
+		}
+		total += b.Lease.Predicted
 	}
-	slices.SortFunc(work, func(x, y float64) int { return cmp.Compare(y, x) })
-	bins := make([]float64, max(1, min(p.Candidates, len(work))))
-	for _, w := range work {
-		bins[slices.Index(bins, slices.Min(bins))] += w
+	if !shaped && len(used) >= p.Candidates {
+		return idle
 	}
-	return min(p.IdleFinish(), slices.Max(bins))
+	return min(idle, total/float64(max(1, p.Candidates, len(used))))
 }
 
 // maxRetryDelay caps a refusal's RetryInfo delay.

@@ -44,7 +44,7 @@ func FuzzDecodeBodies(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	s, err := New(DefaultConfig(), Options{Core: newFakeCore(), Metrics: m, Gatherer: reg})
+	s, err := New(DefaultConfig(), Options{Core: newFakeCore(), Metrics: m, Gatherer: reg, MaxItems: 1000}) // as in production: limits.max_items > 0 counts items on the bytes first
 	if err != nil {
 		f.Fatal(err)
 	}

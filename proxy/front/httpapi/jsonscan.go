@@ -95,7 +95,9 @@ func arrayLen(body []byte, at, stop int) int {
 		if i >= len(body) || body[i] != ',' {
 			return n
 		}
-		i = skipSpace(body, i+1)
+		if i = skipSpace(body, i+1); i >= len(body) {
+			return n // cut short after a comma: the decoder reports it
+		}
 	}
 }
 

@@ -4,8 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+
+	"github.com/relevance-scoring/relevance/proxy/front"
 )
 
 // TestTopLevelScansAgreeWithTheDecoder: on valid JSON objects of every shape — keys spelled with
@@ -38,6 +44,12 @@ func TestTopLevelScansAgreeWithTheDecoder(t *testing.T) {
 		}
 		sb.WriteString("}" + ws(rng))
 		body := []byte(sb.String())
+		// Every prefix of it is a body cut short: the scans must read it without panicking
+		// (one cut after a comma in the counted array indexed past the end).
+		for cut := range len(body) {
+			_ = hasKey(body[:cut], "items")
+			_ = topLevelArrayLen(body[:cut], "items", 1000)
+		}
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(body, &m); err != nil {
 			t.Fatalf("generated invalid JSON %s: %v", body, err)
@@ -102,5 +114,41 @@ func randValue(rng *rand.Rand, depth int) string {
 			el = append(el, ws(rng)+key+ws(rng)+":"+ws(rng)+randValue(rng, depth+1))
 		}
 		return "{" + strings.Join(el, ",") + ws(rng) + "}"
+	}
+}
+
+// FuzzJSONScan: the top-level scans never panic or loop, whatever the bytes.
+func FuzzJSONScan(f *testing.F) {
+	for _, s := range []string{`{"items":[1,2]}`, `{"a":"\\","items":[{"x":[1]},"]"]}`, `{"`, `{"items":[`, ``, `"`, `{"\`, `{"items":[1,`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		_ = hasKey(body, "items")
+		_ = topLevelArrayLen(body, "items", 1000)
+		_ = topLevelArrayLen(body, "items", 2)
+	})
+}
+
+// TestScoreBodyCutShortIs400: the production front has MaxItems > 0 (limits.max_items
+// must be > 0), so /v1/score counts items on the raw bytes before decoding; a truncated body must
+// be a 400, not a recovered panic answered 500.
+func TestScoreBodyCutShortIs400(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := front.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(DefaultConfig(), Options{Core: newFakeCore(), Metrics: m, Gatherer: reg, MaxItems: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ctx fasthttp.RequestCtx
+	ctx.Request.SetRequestURI("/v1/score")
+	ctx.Request.Header.SetMethod(fasthttp.MethodPost)
+	ctx.Request.Header.SetContentType("application/json")
+	ctx.Request.SetBody([]byte(`{"query":"q","items":[{"text":"a"},`))
+	s.handle(&ctx)
+	if code := ctx.Response.StatusCode(); code != http.StatusBadRequest {
+		t.Errorf("truncated /v1/score body: %d %s, want 400", code, ctx.Response.Body())
 	}
 }
