@@ -206,6 +206,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
+// cancelled reports whether err is a cancellation's or a deadline's, as a call cut short ends.
+func cancelled(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	c := status.Code(err)
+	return c == codes.Canceled || c == codes.DeadlineExceeded
+}
+
 // drainInterceptor runs each call under the server's base context as well as its own, and
 // answers one that a timed-out drain cancelled UNAVAILABLE.
 func (s *Server) drainInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -214,7 +223,10 @@ func (s *Server) drainInterceptor(ctx context.Context, req any, _ *grpc.UnarySer
 	stop := context.AfterFunc(s.baseCtx, cancel)
 	defer stop()
 	resp, err := handler(ctx, req)
-	if err != nil && s.baseCtx.Err() != nil {
+	if err != nil && s.baseCtx.Err() != nil && cancelled(err) {
+		// Cancelled by the drain: its error is the cancellation's, not the request's. (An
+		// error of its own — INVALID_ARGUMENT — stays: a client told to retry it would be
+		// refused again.)
 		return nil, errDrainTimedOut
 	}
 	return resp, err

@@ -481,3 +481,21 @@ relevance_proxy_requests_total{code="OK",route="/relevance.v1.Ranker/Score"} 1
 		t.Error(err)
 	}
 }
+
+// TestDrainTimeoutKeepsARequestsOwnError: after a drain timed out, a call that fails for a
+// reason of its own (INVALID_ARGUMENT) keeps its error; only the calls the drain cut short are
+// answered UNAVAILABLE ("send it again"), which for a bad request would only be refused again.
+func TestDrainTimeoutKeepsARequestsOwnError(t *testing.T) {
+	s := &Server{}
+	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
+	s.cancelBase()
+	info := &grpc.UnaryServerInfo{FullMethod: "/relevance.v1.Ranker/Score"}
+	own := status.Error(codes.InvalidArgument, "items: at least one item is required")
+	if _, err := s.drainInterceptor(context.Background(), nil, info, func(context.Context, any) (any, error) { return nil, own }); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a bad request after the drain timed out got %v, want its own INVALID_ARGUMENT", err)
+	}
+	cut := func(ctx context.Context, _ any) (any, error) { <-ctx.Done(); return nil, ctx.Err() }
+	if _, err := s.drainInterceptor(context.Background(), nil, info, cut); status.Code(err) != codes.Unavailable {
+		t.Errorf("a call the drain cut short got %v, want UNAVAILABLE", err)
+	}
+}

@@ -20,9 +20,10 @@ type Config struct {
 	// ReadTimeout.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// DrainIdleGrace is how long a drain keeps keep-alive connections open after it stops
-	// accepting, answering each request on them with Connection: close, before it closes those
-	// still idle; it ends sooner once every connection has closed. 0: idle connections are
-	// closed at once, and a request a client sends on one at that moment is reset.
+	// accepting, before it closes those still idle; it ends sooner once every connection has
+	// closed, and takes at most half of shutdown.timeout. From the signal on (through
+	// shutdown.delay too) every reply carries Connection: close. 0: idle connections are closed
+	// at once, and a request a client sends on one at that moment is reset.
 	DrainIdleGrace time.Duration `yaml:"drain_idle_grace"`
 }
 

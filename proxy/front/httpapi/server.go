@@ -224,8 +224,8 @@ func (s *Server) SetDraining() { s.draining.Store(true) }
 // on to close the core and exit with handlers still running: their clients got a reset instead
 // of the retryable 503.
 //
-// Keep-alive connections are not closed at once: for up to DrainIdleGrace (less if ctx ends
-// sooner) they stay open, each request on them answered with Connection: close, and only those
+// Keep-alive connections are not closed at once: for up to DrainIdleGrace (at most half of what
+// ctx leaves) they stay open, each request on them answered with Connection: close, and only those
 // still open then are closed. Closing an idle connection at the signal resets a request its
 // client has just sent on it (a POST, which no client retries by itself): the fault suite's
 // sigterm-proxy saw one such reset in three runs, a request sent within 1 ms of the signal.
@@ -236,7 +236,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.connsMu.Unlock()
 	if ln != nil {
 		_ = ln.Close() // no new connections; fasthttp's Serve returns nil
-		s.awaitConnsClosed(ctx, s.cfg.DrainIdleGrace)
+		grace := s.cfg.DrainIdleGrace
+		if dl, ok := ctx.Deadline(); ok {
+			// Half of what the drain has left at most: the rest is for the requests in flight
+			// and the idle connections' closing, or a drain with nothing in flight and a
+			// timeout under the grace was reported as timed out, its calls cancelled.
+			grace = min(grace, time.Until(dl)/2)
+		}
+		s.awaitConnsClosed(ctx, grace)
 	}
 	err := s.fs.ShutdownWithContext(ctx)
 	s.cancelBase()
