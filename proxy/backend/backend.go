@@ -109,12 +109,14 @@ type HealthWaiter interface {
 // ModelChecker is implemented by kinds whose server says which models it serves (vLLM and
 // Infinity: their model list; TEI: /info's model_id). The proxy checks when a node joins and
 // when it comes back, and keeps a node whose server does not serve the configured model out of
-// traffic: its health endpoint answers, yet every batch sent to it would fail.
+// traffic (its health endpoint answers, yet every batch sent to it would fail) unless the
+// finding is advisory (ModelError.Advisory).
 type ModelChecker interface {
 	// CheckModel returns a *ModelError when the server lists what it serves and Spec.Model is not
 	// among it. It returns nil when the model is served, when none is configured, and when the
-	// server could not say (no such endpoint, another status, a reply not understood, no
-	// reply): a node that cannot be checked is not kept out on that account.
+	// server cannot say (no such endpoint, a reply not understood): a node that cannot be
+	// checked is not kept out on that account. No reply, a 5xx or a 429 is ErrModelUnchecked:
+	// the node is not kept out, and is checked again until the server answers.
 	CheckModel(ctx context.Context) error
 }
 
@@ -122,11 +124,19 @@ type ModelChecker interface {
 // configured model: ModelChecker's *ModelError, and a ScoreBatch error for a reply that said so.
 var ErrModelNotServed = errors.New("the server does not serve the configured model")
 
+// ErrModelUnchecked is CheckModel's answer when the check could not conclude this time (no reply,
+// a 5xx or 429): the node is not kept out on that account, and is checked again.
+var ErrModelUnchecked = errors.New("the server's model list did not answer")
+
 // ModelError is ModelChecker's finding: the server serves Served, not Model.
 type ModelError struct {
 	Node   string   // "<kind>@<addr>"
 	Model  string   // the configured model (Spec.Model)
 	Served []string // what the server says it serves
+	// Advisory: the server scores with what it serves whatever a request names (TEI, which
+	// takes no model; Infinity serving one model), so the configured name is only the one
+	// written on replies. Worth a warning, not a reason to keep the node out.
+	Advisory bool
 }
 
 func (e *ModelError) Error() string {
@@ -160,7 +170,10 @@ type Spec struct {
 	MaxItems int `yaml:"max_items" json:"max_items"`
 	// MaxItemTokens overrides the kind's prompt-tokens-per-pair limit (0: the kind's default).
 	MaxItemTokens int `yaml:"max_item_tokens" json:"max_item_tokens"`
-	// Model is sent as the request's "model" field where the API has one ("": none sent).
+	// Model is sent as the request's "model" field where the API has one ("": none sent), and
+	// checked against what the server lists (ModelChecker): a vLLM server, or an Infinity one
+	// serving several models, that does not list it is kept out of traffic; TEI, or Infinity
+	// serving one model, scores whatever a request names, so a mismatch is only warned of.
 	Model string `yaml:"model" json:"model"`
 	// Timeout caps one call (and one health or load probe) when shorter than the request's
 	// deadline (0: DefaultTimeout).

@@ -155,3 +155,75 @@ func TestNodeKeptOutForItsModelJoinsOnceServed(t *testing.T) {
 		t.Errorf("joined with not_ready = %q, want none", st.NotReady)
 	}
 }
+
+// TestModelCheckThatDidNotAnswerIsAskedAgain: a model list that fails as the node joins (a 503
+// while the server finishes starting) lets the node in, but is asked again until it answers;
+// listing another model, the node is then taken out. Let in unchecked for good, a vLLM server of
+// another model stayed in traffic, each of its batches failing.
+func TestModelCheckThatDidNotAnswerIsAskedAgain(t *testing.T) {
+	defer func(p, r time.Duration) { pollEvery, modelRecheck = p, r }(pollEvery, modelRecheck)
+	pollEvery, modelRecheck = 10*time.Millisecond, 50*time.Millisecond
+	var checks atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+			w.WriteHeader(200)
+		case "/v1/models":
+			if checks.Add(1) == 1 {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprint(w, `{"object":"list","data":[{"id":"org/other","object":"model"}]}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	c := New(Config{Backends: []backend.Spec{{Kind: backend.KindVLLM, Addr: srv.URL, Model: "org/wanted"}}, Prior: testPrior, Forgetting: 0.99,
+		Breaker: BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}}, nil)
+	defer c.Close()
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); c.Status()[0].NotReady == ""; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("vLLM serving org/other (configured org/wanted) still in traffic after %d model checks: %+v", checks.Load(), c.Status()[0])
+		}
+	}
+	if st := c.Status()[0]; st.Healthy {
+		t.Errorf("kept out for its model but healthy: %+v", st)
+	}
+}
+
+// TestTEIServingAnotherModelIDJoins: TEI takes no model name and scores with its one model, so
+// a configured name other than its model_id (a friendly name for a server started from a local
+// path) labels replies and is warned of; the node is not kept out.
+func TestTEIServingAnotherModelIDJoins(t *testing.T) {
+	defer func(p time.Duration) { pollEvery = p }(pollEvery)
+	pollEvery = 10 * time.Millisecond
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+			w.WriteHeader(200)
+		case "/info":
+			fmt.Fprint(w, `{"model_id":"/data/qwen3-reranker"}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	c := New(Config{Backends: []backend.Spec{{Kind: backend.KindTEI, Addr: srv.URL, Model: "reranker"}}, Prior: testPrior, Forgetting: 0.99,
+		Breaker: BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}}, nil)
+	defer c.Close()
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatalf("TEI labelled by a friendly name did not join: %v (%+v)", err, c.Status()[0])
+	}
+	if st := c.Status()[0]; st.NotReady != "" {
+		t.Errorf("not_ready = %q, want none", st.NotReady)
+	}
+}

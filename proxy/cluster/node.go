@@ -44,6 +44,8 @@ type Node struct {
 	// a poll's verdict cannot put back a node that a reply has just taken out.
 	outMu sync.Mutex
 	out   atomic.Pointer[modelOut]
+	// advised is set once an advisory model finding (backend.ModelError.Advisory) was logged.
+	advised atomic.Bool
 	// callTimeout caps one call to a scorer node given as a backends entry (0: none, the
 	// request's deadline alone).
 	callTimeout time.Duration
@@ -514,7 +516,8 @@ func (n *Node) seed(cm *relevancev1.CostModel) {
 const seedTrust = 4.0
 
 // peerPrice is the median of the reference batch's price by the own models of the node's trusted
-// peers (trustedPeer): warmed up and taking traffic; false when it has none. The median, not the
+// peers (trustedPeer) of its own kind: warmed up and taking traffic; false when it has none. (A
+// mixed cluster's GPU servers are no measure of a CPU scorer node's honest model.) The median, not the
 // mean (warm.go): one peer that is itself far off must not move the bound.
 func (n *Node) peerPrice() (float64, bool) {
 	if n.peers == nil {
@@ -523,7 +526,7 @@ func (n *Node) peerPrice() (float64, bool) {
 	now := time.Now()
 	var prices []float64
 	for _, p := range n.peers() {
-		if p != n && p.trustedPeer(now) {
+		if p != n && p.kind == n.kind && p.trustedPeer(now) {
 			prices = append(prices, p.coeffs.Load().Seconds(costmodel.RefFeatures))
 		}
 	}
@@ -781,6 +784,7 @@ func (n *Node) pollBackend(ctx context.Context, changed func(), log *slog.Logger
 	if w, ok := n.be.(backend.HealthWaiter); ok {
 		probe = max(probe, w.HealthTimeout())
 	}
+	var recheck time.Time // when a check that did not conclude is asked again (zero: none due)
 	for {
 		hctx, cancel := context.WithTimeout(ctx, probe)
 		seen := n.out.Load()
@@ -789,11 +793,20 @@ func (n *Node) pollBackend(ctx context.Context, changed func(), log *slog.Logger
 		switch {
 		case !ok:
 			out = nil // down: what it serves once back is checked afresh, at once
-		case seen != nil || checker != nil && !n.healthy.Load():
-			// Joining, back, or kept out for its model: its health endpoint answers whatever
-			// it serves (a typo in the configuration, a restart on other weights).
-			out = n.checkModel(hctx, checker, seen, log)
+		case seen != nil || checker != nil && (!n.healthy.Load() || !recheck.IsZero() && time.Now().After(recheck)):
+			// Joining, back, kept out for its model, or let in on a check that did not
+			// conclude: its health endpoint answers whatever it serves (a typo in the
+			// configuration, a restart on other weights). The check has its own time: the
+			// health probe may have used the shared one up.
+			mctx, mcancel := context.WithTimeout(ctx, probe)
+			var again bool
+			out, again = n.checkModel(mctx, checker, seen, log)
+			mcancel()
 			ok = out == nil
+			recheck = time.Time{}
+			if again {
+				recheck = time.Now().Add(modelRecheck)
+			}
 		}
 		if ok && loader != nil {
 			if waiting, running, has := loader.LoadGauge(hctx); has {
@@ -837,34 +850,51 @@ type modelOut struct {
 }
 
 // checkModel checks the model of a node joining, back, or kept out for its model (out: why, or
-// nil), and returns why it stays out (nil: it may take traffic). A node kept out is checked again
-// only every modelRecheck; one whose kind cannot check (checker nil) is then let back. A finding
-// is logged once, naming the configured and served models.
-func (n *Node) checkModel(ctx context.Context, checker backend.ModelChecker, out *modelOut, log *slog.Logger) *modelOut {
+// nil), and returns why it stays out (nil: it may take traffic) and whether to check again after
+// modelRecheck although it is let in (the check did not conclude: backend.ErrModelUnchecked). A
+// node kept out is checked again only every modelRecheck; one whose kind cannot check (checker
+// nil) is then let back. A finding is logged once, naming the configured and served models; an
+// advisory one (the server answers whatever a request names) is only logged.
+func (n *Node) checkModel(ctx context.Context, checker backend.ModelChecker, out *modelOut, log *slog.Logger) (_ *modelOut, again bool) {
 	now := time.Now()
 	if out != nil && now.Sub(out.at) < modelRecheck {
-		return out
+		return out, false
 	}
 	var err error
 	if checker != nil {
 		err = checker.CheckModel(ctx)
 	}
-	if !errors.Is(err, backend.ErrModelNotServed) {
+	me := (*backend.ModelError)(nil)
+	errors.As(err, &me)
+	switch {
+	case errors.Is(err, backend.ErrModelUnchecked):
+		// A model list that did not answer (starting up, a timeout) proves nothing either way:
+		// let a node its health lets in take traffic, and ask again until the list answers. Let
+		// in unchecked for good, a server of another model whose batches fail only one by one
+		// (or never: TEI scores with its one model) stayed in traffic.
+		return out, true
+	case me != nil && me.Advisory:
+		if !n.advised.Swap(true) {
+			log.Warn("scorer node's server serves another model than the configured name; it answers whatever a request names, so the node takes traffic",
+				"node", n.addr, "model", n.wantModel, "served", me.Served)
+		}
+		return nil, false
+	case !errors.Is(err, backend.ErrModelNotServed):
 		if out != nil {
 			log.Info("scorer node passes its model check (or cannot be checked): back in traffic", "node", n.addr, "model", n.wantModel)
 		}
-		return nil
+		return nil, false
 	}
 	next := &modelOut{reason: err.Error(), at: now}
 	if out == nil || out.reason != next.reason {
 		var served []string
-		if me := (*backend.ModelError)(nil); errors.As(err, &me) {
+		if me != nil {
 			served = me.Served
 		}
 		log.Warn("scorer node does not serve the configured model: kept out of traffic until it does",
 			"node", n.addr, "model", n.wantModel, "served", served)
 	}
-	return next
+	return next, false
 }
 
 // NotReady is why the node takes no traffic although its server answers its health endpoint

@@ -44,6 +44,7 @@ package infinity
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 
@@ -134,7 +135,13 @@ func (b *Backend) Healthy(ctx context.Context) bool { return b.c.Healthy(ctx, "/
 
 // CheckModel implements backend.ModelChecker: GET /models lists the configured model.
 func (b *Backend) CheckModel(ctx context.Context) error {
-	return b.c.CheckModel(ctx, b.model, "/models", wire.ModelIDs)
+	err := b.c.CheckModel(ctx, b.model, "/models", wire.ModelIDs)
+	if me := (*backend.ModelError)(nil); errors.As(err, &me) && len(me.Served) == 1 {
+		// One model served answers whatever name a request gives: the configured name is only
+		// the label on replies. Several: a name not among them is refused ("Invalid model").
+		me.Advisory = true
+	}
+	return err
 }
 
 // LoadGauge implements backend.Loader from GET /models: stats.queue_absolute (waiting) and

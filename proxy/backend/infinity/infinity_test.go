@@ -22,8 +22,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var kit = conformance.Kit{
 	Kind:      backend.KindInfinity,
 	New:       func(s backend.Spec) (backend.Backend, error) { return infinity.New(s) },
-	Templates: []string{backend.TemplateProxy, backend.TemplateServer},
-	Limits:    backend.Limits{MaxItems: 2048},
+	Templates:     []string{backend.TemplateProxy, backend.TemplateServer},
+	Limits:        backend.Limits{MaxItems: 2048},
+	ModelAdvisory: true,
 }
 
 func TestConformance(t *testing.T) { conformance.Run(t, kit) }

@@ -41,6 +41,7 @@ package tei
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
@@ -116,7 +117,7 @@ func (b *Backend) HealthTimeout() time.Duration { return b.timeout }
 
 // CheckModel implements backend.ModelChecker: GET /info's model_id is the configured model.
 func (b *Backend) CheckModel(ctx context.Context) error {
-	return b.c.CheckModel(ctx, b.model, "/info", func(body []byte) ([]string, bool) {
+	return advisory(b.c.CheckModel(ctx, b.model, "/info", func(body []byte) ([]string, bool) {
 		var info struct {
 			ModelID string `json:"model_id"`
 		}
@@ -124,7 +125,17 @@ func (b *Backend) CheckModel(ctx context.Context) error {
 			return nil, false
 		}
 		return []string{info.ModelID}, true
-	})
+	}))
+}
+
+// advisory marks a model finding advisory: TEI takes no model name and scores with its one
+// model, so the configured name is only what replies are labelled with (a friendly name for a
+// server started from a local path is usual): a mismatch is warned of, the node not kept out.
+func advisory(err error) error {
+	if me := (*backend.ModelError)(nil); errors.As(err, &me) {
+		me.Advisory = true
+	}
+	return err
 }
 
 // LoadGauge implements backend.Loader: te_queue_size and te_batch_current_size, in pairs.

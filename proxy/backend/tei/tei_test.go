@@ -19,8 +19,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var kit = conformance.Kit{
 	Kind:      backend.KindTEI,
 	New:       func(s backend.Spec) (backend.Backend, error) { return tei.New(s) },
-	Templates: []string{backend.TemplateProxy, backend.TemplateServer},
-	Limits:    backend.Limits{MaxItems: 32},
+	Templates:     []string{backend.TemplateProxy, backend.TemplateServer},
+	Limits:        backend.Limits{MaxItems: 32},
+	ModelAdvisory: true,
 }
 
 func TestConformance(t *testing.T) { conformance.Run(t, kit) }

@@ -39,6 +39,9 @@ type Kit struct {
 	SendsInstruction bool
 	// Limits is what Limits() reports for a Spec with no limits set.
 	Limits backend.Limits
+	// ModelAdvisory: serving one model, the kind's server scores with it whatever a request
+	// names (TEI, Infinity), so CheckModel's finding on another model is advisory.
+	ModelAdvisory bool
 }
 
 // Query is the query every request of the suite carries.
@@ -462,6 +465,9 @@ func ModelCheck(t *testing.T, k Kit) {
 		var me *backend.ModelError
 		if !errors.As(err, &me) || !errors.Is(err, backend.ErrModelNotServed) {
 			t.Fatalf("CheckModel() = %v, want a *backend.ModelError matching ErrModelNotServed", err)
+		}
+		if me.Advisory != k.ModelAdvisory {
+			t.Errorf("CheckModel() advisory %v on a server of one other model, want %v", me.Advisory, k.ModelAdvisory)
 		}
 		if me.Model != "org/wanted" || !slices.Equal(me.Served, []string{"org/served"}) ||
 			!strings.Contains(err.Error(), "org/wanted") || !strings.Contains(err.Error(), "org/served") {

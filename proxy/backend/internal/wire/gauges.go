@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"slices"
 
 	"github.com/prometheus/common/expfmt"
@@ -61,16 +63,20 @@ func (c *Client) Healthy(ctx context.Context, path string) bool {
 }
 
 // CheckModel is backend.ModelChecker.CheckModel for a server that says at path what it serves:
-// served reads the names from the reply (ok false: a reply it does not understand). Only a list
-// of names without model is an error; no model configured, any status but 200 (a 404: a server
-// or gateway without the endpoint), no reply, or a reply not understood is nil, so that a server
-// that cannot be checked still joins.
+// served reads the names from the reply (ok false: a reply it does not understand). A list of
+// names without model is a *backend.ModelError; no reply, a 5xx or a 429 is
+// backend.ErrModelUnchecked (ask again); no model configured, another status (a 404: a server
+// or gateway without the endpoint) or a reply not understood is nil, so that a server that
+// cannot be checked still joins.
 func (c *Client) CheckModel(ctx context.Context, model, path string, served func(body []byte) (names []string, ok bool)) error {
 	if model == "" {
 		return nil
 	}
-	body, ok := c.GetOK(ctx, path)
-	if !ok {
+	code, body, err := c.Get(ctx, path)
+	switch {
+	case err != nil || code >= 500 || code == http.StatusTooManyRequests:
+		return fmt.Errorf("node %s: GET %s: %w", c.node, path, backend.ErrModelUnchecked)
+	case code != http.StatusOK:
 		return nil
 	}
 	names, ok := served(body)

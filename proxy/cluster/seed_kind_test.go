@@ -1,0 +1,26 @@
+package cluster
+
+import (
+	"testing"
+	"time"
+
+	"github.com/relevance-scoring/relevance/costmodel"
+)
+
+// TestSeedBoundComparesPeersOfTheSameKind: configs/backends/infinity.yaml runs one of our CPU scorer
+// nodes beside Infinity (GPU) servers. The scorer's honest calibrated model was compared with the
+// median of its peers' learned models — the Infinity nodes', another kind of hardware — and,
+// more than seedTrust off, was thrown away: the node lost its calibration samples and warmed up.
+func TestSeedBoundComparesPeersOfTheSameKind(t *testing.T) {
+	truth := costmodel.Coeffs{A: 5e-4, B: 2e-7, C: 0.1}
+	gpu := scaled(truth, 1.0/20) // an HTTP server 20× faster than the CPU scorer
+	c, peers, d := seedCluster(gpu)
+	for _, p := range peers {
+		p.kind = "infinity"
+	}
+	d.Observe(seedReply(truth, 1<<20), time.Now())
+	c.Eligible(nil)
+	if s := d.Samples(); s != 1<<20 {
+		t.Errorf("scorer node's own calibrated model (%d samples) refused because its peers of another kind are 20× faster: %d samples", 1<<20, s)
+	}
+}
