@@ -20,8 +20,8 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var kit = conformance.Kit{
-	Kind:      backend.KindInfinity,
-	New:       func(s backend.Spec) (backend.Backend, error) { return infinity.New(s) },
+	Kind:          backend.KindInfinity,
+	New:           func(s backend.Spec) (backend.Backend, error) { return infinity.New(s) },
 	Templates:     []string{backend.TemplateProxy, backend.TemplateServer},
 	Limits:        backend.Limits{MaxItems: 2048},
 	ModelAdvisory: true,

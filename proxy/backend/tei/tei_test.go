@@ -17,8 +17,8 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var kit = conformance.Kit{
-	Kind:      backend.KindTEI,
-	New:       func(s backend.Spec) (backend.Backend, error) { return tei.New(s) },
+	Kind:          backend.KindTEI,
+	New:           func(s backend.Spec) (backend.Backend, error) { return tei.New(s) },
 	Templates:     []string{backend.TemplateProxy, backend.TemplateServer},
 	Limits:        backend.Limits{MaxItems: 32},
 	ModelAdvisory: true,
