@@ -237,6 +237,36 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s: needs a fixed port (0 is not resolved), got %q", a.field, a.addr)
 		}
 	}
+	return c.checkPortRanges()
+}
+
+// checkPortRanges refuses fixed node port ranges (base+i for node i) that share a port with each
+// other or with the proxy: the start would otherwise fail on a port "taken" by its own cluster.
+func (c *Config) checkPortRanges() error {
+	type span struct {
+		field string
+		lo    int
+	}
+	var spans []span
+	if c.Nodes.GRPCBasePort > 0 && !c.Nodes.Fake() { // fakes listen on HTTP only
+		spans = append(spans, span{"nodes.grpc_base_port", c.Nodes.GRPCBasePort})
+	}
+	if c.Nodes.HTTPBasePort > 0 {
+		spans = append(spans, span{"nodes.http_base_port", c.Nodes.HTTPBasePort})
+	}
+	n := c.Nodes.Count
+	if len(spans) == 2 && spans[0].lo < spans[1].lo+n && spans[1].lo < spans[0].lo+n {
+		return fmt.Errorf("nodes.grpc_base_port %d and nodes.http_base_port %d: with %d nodes (ports base…base+%d) the ranges overlap",
+			spans[0].lo, spans[1].lo, n, n-1)
+	}
+	for _, a := range []struct{ field, addr string }{{"proxy.http_addr", c.Proxy.HTTPAddr}, {"proxy.grpc_addr", c.Proxy.GRPCAddr}} {
+		p := portOf(a.addr)
+		for _, s := range spans {
+			if p >= s.lo && p < s.lo+n {
+				return fmt.Errorf("%s %s: port %d is node %d's (%s %d)", a.field, a.addr, p, p-s.lo, s.field, s.lo)
+			}
+		}
+	}
 	return nil
 }
 
@@ -307,6 +337,14 @@ func (c *Cluster) EnsureModel(ctx context.Context) error {
 			fmt.Fprintf(c.log, "model: using %s\n", dir)
 		}
 		return nil
+	}
+	if filepath.Base(dir) != c.cfg.Model.generatedName() {
+		// Not a folder of ours (generated ones are named so, and written whole or not at all):
+		// a download cut short or a checkpoint without tokenizer.json is the user's, never
+		// replaced by random weights.
+		if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+			return fmt.Errorf("model.dir %s: not a complete checkpoint (want config.json, tokenizer.json, *.safetensors); not replacing it with a generated one", dir)
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return fmt.Errorf("generate model: %w", err)
@@ -696,9 +734,13 @@ func (c *Cluster) Wait(ctx context.Context) error {
 // node-i.log.1.
 func (c *Cluster) Supervise(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	// The node watchers end with ctx: cancel it before waiting for them (in the other order, the
+	// proxy's exit left Supervise waiting until the caller's context ended).
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
 	for i := range c.Nodes() {
 		wg.Go(func() { c.keepNode(ctx, i) })
 	}
@@ -723,6 +765,7 @@ var RestartDelay = time.Second
 // keepNode restarts node i whenever it exits, until ctx ends or the cluster stops.
 func (c *Cluster) keepNode(ctx context.Context, i int) {
 	delay := RestartDelay
+	startFailed := false // the last restart did not start: node-i.log is its empty file, not the dead node's
 	for {
 		c.mu.Lock()
 		nd := c.nodes[i]
@@ -752,13 +795,16 @@ func (c *Cluster) keepNode(ctx context.Context, i int) {
 		}
 		delay = min(2*delay, 30*time.Second)
 		logPath := filepath.Join(c.cfg.LogDir, nd.Name+".log")
-		_ = os.Rename(logPath, logPath+".1")
+		if !startFailed {
+			_ = os.Rename(logPath, logPath+".1")
+		}
 		c.mu.Lock()
 		if c.stopping {
 			c.mu.Unlock()
 			return
 		}
 		p, err := StartProc(nd.Name, nd.bin, nd.args, logPath)
+		startFailed = err != nil
 		if err != nil {
 			c.mu.Unlock()
 			fmt.Fprintf(c.log, "cluster: restart %s: %v\n", nd.Name, err)

@@ -29,3 +29,27 @@ func TestExamplesLoadCommandUsesTheClusterSLO(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigRejectsOverlappingNodePorts: node i listens on grpc_base_port+i and
+// http_base_port+i, so ranges that overlap give one port to two listeners; the start then fails
+// blaming "another cluster still running?" (or a node dies on bind). With make run's config
+// (7101 / 7201), `bench cluster --nodes 101` is such a case: node 100's gRPC port is node 0's HTTP
+// port. Validate must name it.
+func TestConfigRejectsOverlappingNodePorts(t *testing.T) {
+	for _, n := range []Nodes{
+		{Count: 2, GRPCBasePort: 7101, HTTPBasePort: 7102},
+		{Count: 101, GRPCBasePort: 7101, HTTPBasePort: 7201},
+		{Count: 2, GRPCBasePort: 8079, HTTPBasePort: 7201}, // node 1's gRPC port is the proxy's HTTP port
+	} {
+		c := Config{Nodes: n}
+		c.Defaults()
+		if err := c.Validate(); err == nil {
+			t.Errorf("nodes %d, grpc_base_port %d, http_base_port %d (proxy %s, %s): accepted", n.Count, n.GRPCBasePort, n.HTTPBasePort, c.Proxy.HTTPAddr, c.Proxy.GRPCAddr)
+		}
+	}
+	ok := Config{Nodes: Nodes{Count: 100, GRPCBasePort: 7101, HTTPBasePort: 7201}}
+	ok.Defaults()
+	if err := ok.Validate(); err != nil {
+		t.Errorf("100 nodes on 7101 / 7201: %v", err)
+	}
+}

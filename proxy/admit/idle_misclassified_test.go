@@ -3,6 +3,7 @@ package admit
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,27 +25,7 @@ import (
 // it is an overload refusal (wait for the backlog), not "deadline" ("even on idle nodes": send a
 // longer deadline, a retry with the same budget would be refused again).
 func TestBusyPeerIsOverloadNotDeadline(t *testing.T) {
-	nodes, err := fakenode.StartCluster(2, fakenode.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nodes.Close)
-	c := cluster.New(cluster.Config{Static: nodes.Addrs(), Prior: costmodel.Coeffs{A: 1e-3, B: 1e-7, C: 0.01}, Forgetting: 0.99,
-		Breaker: cluster.BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}}, nil)
-	t.Cleanup(func() { c.Close() })
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.WaitFor(ctx, func() bool { return len(c.Eligible(nil)) == 2 }); err != nil {
-		t.Fatal(err)
-	}
-	counter, err := prompt.NewCounter(prompt.CountEstimate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl := plan.NewPlanner(plan.Config{MaxBatchItems: 1}, counter, cost.New(), c, plan.NewPlacer(c, leastloaded.New(0, route.DefaultRand)))
+	c, pl := twoNodePlanner(t, plan.Config{MaxBatchItems: 1})
 	req := &relevancev1.ScoreRequest{Query: "usb-c charger"}
 	for i := range 2 {
 		req.Items = append(req.Items, &relevancev1.Item{Text: fmt.Sprintf("item %d: a 65 W GaN charger", i)})
@@ -78,4 +59,71 @@ func TestBusyPeerIsOverloadNotDeadline(t *testing.T) {
 	if r := refused.(*Rejection); r.reason != ReasonOverload {
 		t.Errorf("refused as %q (%v), but the same request with the same budget is admitted once the other node's backlog drains", r.reason, refused)
 	}
+}
+
+// TestBusyPeerIsOverloadWhateverTheSplit: TestBusyPeerIsOverloadNotDeadline with the planner's
+// default batch cap (none) and a request that an idle cluster splits over both nodes. Behind a
+// busy peer the cost splitter picks fewer batches, all on the idle node; a bound that only
+// re-spread the plan's own batches still saw one node's worth of work and called "deadline" a
+// request that the same budget fits once the peer drains.
+func TestBusyPeerIsOverloadWhateverTheSplit(t *testing.T) {
+	c, pl := twoNodePlanner(t, plan.Config{})
+	req := &relevancev1.ScoreRequest{Query: "usb-c charger"}
+	for i := range 64 {
+		req.Items = append(req.Items, &relevancev1.Item{Text: fmt.Sprintf("item %d: %s", i, strings.Repeat("a 65 W GaN charger ", 20))})
+	}
+	a := New(Config{Headroom: 1, MinSamples: 0}, nil, nil)
+
+	idle := pl.Plan(req, "r", "")
+	idleFinish, idleBatches := idle.Finish(), len(idle.Batches)
+	idle.Release()
+
+	busy := c.Snapshot()[1]
+	backlog := plan.NewPlacer(c, nil).PlaceOn(plan.Work{Features: costmodel.Features{Batches: 1000}}, busy) // 10 s
+	p := pl.Plan(req, "r", "")
+	busyFinish, busyBatches, bound := p.Finish(), len(p.Batches), idleBound(p)
+	t.Logf("idle cluster: %d batches, finish %.3fs; busy peer: %d batches, finish %.3fs, idleBound %.3fs, candidates %d",
+		idleBatches, idleFinish, busyBatches, busyFinish, bound, p.Candidates)
+	budget := time.Duration((idleFinish + busyFinish) / 2 * float64(time.Second))
+	refused := a.Admit(p, budget)
+	p.Release()
+	backlog.Release()
+	if refused == nil {
+		t.Fatalf("admitted in %v behind a 10 s backlog: the test needs a refusal", budget)
+	}
+	p2 := pl.Plan(req, "r", "")
+	defer p2.Release()
+	if err := a.Admit(p2, budget); err != nil {
+		t.Fatalf("not admitted on the idle cluster either: %v", err)
+	}
+	if r := refused.(*Rejection); r.reason != ReasonOverload {
+		t.Errorf("refused as %q (%v) though the same request with the same budget %v is admitted once the peer's backlog drains", r.reason, refused, budget)
+	}
+}
+
+// twoNodePlanner starts two fake scorer nodes, a cluster of them (both eligible) and a cost
+// planner placing least-loaded on it, all closed when the test ends.
+func twoNodePlanner(t *testing.T, cfg plan.Config) (*cluster.Cluster, *plan.Planner) {
+	t.Helper()
+	nodes, err := fakenode.StartCluster(2, fakenode.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nodes.Close)
+	c := cluster.New(cluster.Config{Static: nodes.Addrs(), Prior: costmodel.Coeffs{A: 1e-3, B: 1e-7, C: 0.01}, Forgetting: 0.99,
+		Breaker: cluster.BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}}, nil)
+	t.Cleanup(func() { c.Close() })
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.WaitFor(ctx, func() bool { return len(c.Eligible(nil)) == 2 }); err != nil {
+		t.Fatal(err)
+	}
+	counter, err := prompt.NewCounter(prompt.CountEstimate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, plan.NewPlanner(cfg, counter, cost.New(), c, plan.NewPlacer(c, leastloaded.New(0, route.DefaultRand)))
 }

@@ -109,12 +109,13 @@ func TestBusyTEIStaysHealthy(t *testing.T) {
 // health endpoint answers; the check is retried, and once the server serves the configured model
 // (a restart the polls did not see) the node joins.
 func TestNodeKeptOutForItsModelJoinsOnceServed(t *testing.T) {
-	defer func(p, r time.Duration) { pollEvery, modelRecheck = p, r }(pollEvery, modelRecheck)
+	p, r := pollEvery, modelRecheck
+	t.Cleanup(func() { pollEvery, modelRecheck = p, r }) // after the cluster's own cleanup, which stops its polls
 	pollEvery, modelRecheck = 10*time.Millisecond, 50*time.Millisecond
 	var served atomic.Value
 	served.Store("org/other")
 	var checks atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	c := startBackendCluster(t, backend.Spec{Kind: backend.KindVLLM, Model: "org/wanted"}, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/health":
 			w.WriteHeader(200)
@@ -124,14 +125,7 @@ func TestNodeKeptOutForItsModelJoinsOnceServed(t *testing.T) {
 		default:
 			http.NotFound(w, r)
 		}
-	}))
-	defer srv.Close()
-	c := New(Config{Backends: []backend.Spec{{Kind: backend.KindVLLM, Addr: srv.URL, Model: "org/wanted"}}, Prior: testPrior, Forgetting: 0.99,
-		Breaker: BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}}, nil)
-	defer c.Close()
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	})
 	// The model checked twice (at join, then again), or the node in traffic.
 	for deadline := time.Now().Add(5 * time.Second); !c.Ready() && checks.Load() < 2; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -161,10 +155,11 @@ func TestNodeKeptOutForItsModelJoinsOnceServed(t *testing.T) {
 // listing another model, the node is then taken out. Let in unchecked for good, a vLLM server of
 // another model stayed in traffic, each of its batches failing.
 func TestModelCheckThatDidNotAnswerIsAskedAgain(t *testing.T) {
-	defer func(p, r time.Duration) { pollEvery, modelRecheck = p, r }(pollEvery, modelRecheck)
+	p, r := pollEvery, modelRecheck
+	t.Cleanup(func() { pollEvery, modelRecheck = p, r }) // after the cluster's own cleanup, which stops its polls
 	pollEvery, modelRecheck = 10*time.Millisecond, 50*time.Millisecond
 	var checks atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	c := startBackendCluster(t, backend.Spec{Kind: backend.KindVLLM, Model: "org/wanted"}, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/health":
 			w.WriteHeader(200)
@@ -177,14 +172,7 @@ func TestModelCheckThatDidNotAnswerIsAskedAgain(t *testing.T) {
 		default:
 			http.NotFound(w, r)
 		}
-	}))
-	defer srv.Close()
-	c := New(Config{Backends: []backend.Spec{{Kind: backend.KindVLLM, Addr: srv.URL, Model: "org/wanted"}}, Prior: testPrior, Forgetting: 0.99,
-		Breaker: BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}}, nil)
-	defer c.Close()
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	})
 	for deadline := time.Now().Add(5 * time.Second); c.Status()[0].NotReady == ""; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("vLLM serving org/other (configured org/wanted) still in traffic after %d model checks: %+v", checks.Load(), c.Status()[0])
@@ -199,9 +187,10 @@ func TestModelCheckThatDidNotAnswerIsAskedAgain(t *testing.T) {
 // a configured name other than its model_id (a friendly name for a server started from a local
 // path) labels replies and is warned of; the node is not kept out.
 func TestTEIServingAnotherModelIDJoins(t *testing.T) {
-	defer func(p time.Duration) { pollEvery = p }(pollEvery)
+	p := pollEvery
+	t.Cleanup(func() { pollEvery = p })
 	pollEvery = 10 * time.Millisecond
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	c := startBackendCluster(t, backend.Spec{Kind: backend.KindTEI, Model: "reranker"}, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/health":
 			w.WriteHeader(200)
@@ -210,14 +199,7 @@ func TestTEIServingAnotherModelIDJoins(t *testing.T) {
 		default:
 			http.NotFound(w, r)
 		}
-	}))
-	defer srv.Close()
-	c := New(Config{Backends: []backend.Spec{{Kind: backend.KindTEI, Addr: srv.URL, Model: "reranker"}}, Prior: testPrior, Forgetting: 0.99,
-		Breaker: BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}}, nil)
-	defer c.Close()
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := c.WaitReady(ctx); err != nil {
@@ -226,4 +208,20 @@ func TestTEIServingAnotherModelIDJoins(t *testing.T) {
 	if st := c.Status()[0]; st.NotReady != "" {
 		t.Errorf("not_ready = %q, want none", st.NotReady)
 	}
+}
+
+// startBackendCluster starts a server answering with h and a started cluster of one node of
+// spec's kind on it (spec.Addr set here), both closed when the test ends.
+func startBackendCluster(t *testing.T, spec backend.Spec, h http.HandlerFunc) *Cluster {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	spec.Addr = srv.URL
+	c := New(Config{Backends: []backend.Spec{spec}, Prior: testPrior, Forgetting: 0.99,
+		Breaker: BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}}, nil)
+	t.Cleanup(func() { c.Close() })
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"bufio"
 	"bytes"
+	"math"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -85,7 +86,11 @@ func liveHeap() int64 {
 // (see DeriveMemoryLimit).
 func applyMemoryLimit(c Config, model int64) (int64, string) {
 	if os.Getenv("GOMEMLIMIT") != "" {
-		return debug.SetMemoryLimit(-1), "GOMEMLIMIT"
+		l := debug.SetMemoryLimit(-1)
+		if l == math.MaxInt64 { // GOMEMLIMIT=off: no limit, reported as 0
+			l = 0
+		}
+		return l, "GOMEMLIMIT"
 	}
 	switch {
 	case c.MemoryLimit < 0:

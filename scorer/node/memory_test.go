@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -136,5 +137,18 @@ func TestMemoryReported(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Errorf("lint %s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestGOMEMLIMITOffReportsNoLimit: GOMEMLIMIT=off is "no limit" (the runtime's limit is then
+// math.MaxInt64). /v1/status memory.limit_bytes and relevance_scorer_memory_bytes{part="limit"}
+// document 0 for none; they must not report 9.2 EB.
+func TestGOMEMLIMITOffReportsNoLimit(t *testing.T) {
+	restoreMemoryLimit(t)
+	t.Setenv("GOMEMLIMIT", "off")
+	debug.SetMemoryLimit(math.MaxInt64) // what the runtime read from it at start-up
+	l, src := applyMemoryLimit(testConfig(), 0)
+	if l != 0 || src != "GOMEMLIMIT" {
+		t.Errorf("applyMemoryLimit with GOMEMLIMIT=off = %d, %q; want 0 (none), \"GOMEMLIMIT\"", l, src)
 	}
 }
