@@ -376,6 +376,10 @@ func (c *Config) Validate() error {
 	}
 	if !(c.Admission.OnTimeTarget >= 0 && c.Admission.OnTimeTarget < 1) {
 		bad("admission.on_time_target", "must be in [0, 1)", c.Admission.OnTimeTarget)
+	} else if c.Admission.OnTimeTarget > 0 && c.Admission.MarginQuantile == 0 {
+		// The target adapts the margin's quantile, and margin_quantile 0 turns the margin off:
+		// accepted, the target moved the quantile gauge and nothing else.
+		bad("admission.on_time_target", "needs admission.margin_quantile > 0 (it adapts that quantile; 0 turns the margin off)", c.Admission.OnTimeTarget)
 	}
 	if !(c.Admission.ReplanFit > 0 && c.Admission.ReplanFit <= 1) {
 		bad("admission.replan_fit", "must be in (0, 1]", c.Admission.ReplanFit)

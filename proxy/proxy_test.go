@@ -798,6 +798,10 @@ func TestConfigValidate(t *testing.T) {
 		// A bucket smaller than one token never holds a whole retry: retries silently off.
 		{"burst below one", func(c *Config) { c.Retry.BudgetBurst = 0.5 }, "proxy.retry.budget_burst: must be 0 (no retries) or ≥ 1, got 0.5"},
 		{"burst zero", func(c *Config) { c.Retry.BudgetBurst = 0 }, ""},
+		// The target adapts margin_quantile; with the margin off it moved a gauge and nothing else.
+		{"on-time target without a margin", func(c *Config) { c.Admission.OnTimeTarget, c.Admission.MarginQuantile = 0.99, 0 },
+			"proxy.admission.on_time_target: needs admission.margin_quantile > 0"},
+		{"on-time target with a margin", func(c *Config) { c.Admission.OnTimeTarget = 0.99 }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
