@@ -584,7 +584,10 @@ type ScoreRequest struct {
 	// When > 0, ScoreResponse.ranking holds only the best top_n indices.
 	TopN    uint32        `protobuf:"varint,5,opt,name=top_n,json=topN,proto3" json:"top_n,omitempty"`
 	Options *ScoreOptions `protobuf:"bytes,6,opt,name=options,proto3" json:"options,omitempty"`
-	// Optional model name; informational (the cluster serves one model).
+	// Optional model name. The cluster serves one model: "" or its name (as the nodes report it,
+	// or proxy.model.name) or a configured alias (proxy.model.aliases) is served; any other name is
+	// NOT_FOUND naming the served ones, as vLLM answers. Without proxy.model.name, until a node
+	// has answered the served name is unknown and every name is served.
 	Model string `protobuf:"bytes,7,opt,name=model,proto3" json:"model,omitempty"`
 	// Optional budget in milliseconds when the transport carries no deadline (HTTP); 0: SLO default.
 	TimeoutMs     uint32 `protobuf:"varint,8,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`

@@ -40,7 +40,8 @@ const (
 type RankerClient interface {
 	// Score scores every (query, item) pair. The call's gRPC deadline (or the proxy's configured SLO
 	// when none is set) bounds the whole fan-out. Bad input gets INVALID_ARGUMENT; load shedding gets
-	// RESOURCE_EXHAUSTED; no serving node gets UNAVAILABLE; a missed deadline DEADLINE_EXCEEDED.
+	// RESOURCE_EXHAUSTED; no serving node gets UNAVAILABLE; a missed deadline DEADLINE_EXCEEDED; a
+	// model name that is neither the served model's nor a configured alias NOT_FOUND.
 	Score(ctx context.Context, in *ScoreRequest, opts ...grpc.CallOption) (*ScoreResponse, error)
 }
 
@@ -70,7 +71,8 @@ func (c *rankerClient) Score(ctx context.Context, in *ScoreRequest, opts ...grpc
 type RankerServer interface {
 	// Score scores every (query, item) pair. The call's gRPC deadline (or the proxy's configured SLO
 	// when none is set) bounds the whole fan-out. Bad input gets INVALID_ARGUMENT; load shedding gets
-	// RESOURCE_EXHAUSTED; no serving node gets UNAVAILABLE; a missed deadline DEADLINE_EXCEEDED.
+	// RESOURCE_EXHAUSTED; no serving node gets UNAVAILABLE; a missed deadline DEADLINE_EXCEEDED; a
+	// model name that is neither the served model's nor a configured alias NOT_FOUND.
 	Score(context.Context, *ScoreRequest) (*ScoreResponse, error)
 	mustEmbedUnimplementedRankerServer()
 }

@@ -199,9 +199,10 @@ func scoreVocabulary(first, second string) vocabulary {
 }
 
 // isVLLMScore reports whether a body sent to a score route is vLLM's: it names its first side
-// text_1, data_1 or queries (our own score body has query and items).
+// text_1, data_1 or queries. Our own score body has query and items; one with a top-level "query"
+// is ours, whatever other fields it carries (unknown fields are ignored, never reinterpreted).
 func isVLLMScore(body []byte) bool {
-	return hasKey(body, "text_1") || hasKey(body, "data_1") || hasKey(body, "queries")
+	return (hasKey(body, "text_1") || hasKey(body, "data_1") || hasKey(body, "queries")) && !hasKey(body, "query")
 }
 
 // sides returns the body's two sides and the names it gave them: text_1 / text_2 when either is

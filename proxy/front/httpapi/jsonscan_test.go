@@ -152,3 +152,20 @@ func TestScoreBodyCutShortIs400(t *testing.T) {
 		t.Errorf("truncated /v1/score body: %d %s, want 400", code, ctx.Response.Body())
 	}
 }
+
+// TestNativeScoreBodyWithAVLLMFieldStaysNative: a /v1/score body with "query" and "items" that
+// also carries a field vLLM's score API uses (text_1, queries) is the native request with an
+// unknown field, which is ignored, not a vLLM score request to be answered in vLLM's shape.
+func TestNativeScoreBodyWithAVLLMFieldStaysNative(t *testing.T) {
+	for _, body := range []string{
+		`{"query":"q","items":[{"text":"a"}],"queries":["x"]}`,
+		`{"query":"q","items":[{"text":"a"}],"text_1":"x"}`,
+	} {
+		if isVLLMScore([]byte(body)) {
+			t.Errorf("/v1/score %s: routed to the vLLM score API; want a native request with an ignored field", body)
+		}
+	}
+	if !isVLLMScore([]byte(`{"model":"m","text_1":"q","text_2":["a","b"]}`)) {
+		t.Error("vLLM's own score body is no longer recognised")
+	}
+}
