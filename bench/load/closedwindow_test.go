@@ -2,6 +2,9 @@ package load
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -45,5 +48,25 @@ func TestClosedLoopThroughputCountsEveryReplyInTheWindow(t *testing.T) {
 	}
 	if res.GoodputRPS < 0.9*want {
 		t.Errorf("closed-loop goodput %.2f req/s, want ≈ %.2f (every reply within the SLO)", res.GoodputRPS, want)
+	}
+}
+
+// TestResultIsEmulatedWhenTheProxySaysSo: a run whose proxy reports (in /v1/nodes) a node on the
+// emulated engine is labelled emulated without --emulated; one whose nodes are real is not.
+func TestResultIsEmulatedWhenTheProxySaysSo(t *testing.T) {
+	for _, emulated := range []bool{true, false} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, `[{"addr":"127.0.0.1:7101","inflight_cost_seconds":0,"emulated":%v}]`, emulated)
+		}))
+		cfg := Config{Target: sleepTarget{10 * time.Millisecond}, Trace: smallTrace(t), Concurrency: 1,
+			Duration: 300 * time.Millisecond, SLO: time.Second, NodesURL: srv.URL, NodesEvery: 20 * time.Millisecond}
+		res, err := Run(context.Background(), cfg)
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Emulated != emulated {
+			t.Errorf("proxy reporting emulated=%v: result emulated %v", emulated, res.Emulated)
+		}
 	}
 }

@@ -117,7 +117,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if poller != nil {
 		nodes = poller.stop()
 	}
-	return r.result(cfg, start, end, nodes), nil
+	res := r.result(cfg, start, end, nodes)
+	for _, n := range nodes {
+		res.Emulated = res.Emulated || n.Emulated
+	}
+	return res, nil
 }
 
 func (cfg *Config) validate() error {

@@ -30,7 +30,8 @@ type Result struct {
 	// count only replies that arrived within it).
 	ElapsedSec float64 `json:"elapsed_s"`
 	SLOms      float64 `json:"slo_ms"`
-	// Emulated is set by callers that know the nodes are emulated.
+	// Emulated: the nodes are emulated (timings from a cost profile), as the proxy's /v1/nodes
+	// said of any node during the run, or as the caller knows.
 	Emulated bool `json:"emulated,omitempty"`
 
 	Requests int64            `json:"requests"`
@@ -96,6 +97,8 @@ type NodeSample struct {
 	// Load is the node's outstanding work as the proxy sees it (estimated cost in seconds
 	// when the proxy reports it, else in-flight batches).
 	Load float64 `json:"load"`
+	// Emulated: the proxy says the node runs the emulated engine.
+	Emulated bool `json:"emulated,omitempty"`
 }
 
 // Summary is a three-line human summary. Without a successful request it prints no
@@ -293,7 +296,8 @@ func ParseNodes(b []byte) []NodeSample {
 			}
 		}
 		if found {
-			out = append(out, NodeSample{Node: name, Load: load})
+			emulated, _ := n["emulated"].(bool)
+			out = append(out, NodeSample{Node: name, Load: load, Emulated: emulated})
 		}
 	}
 	return out

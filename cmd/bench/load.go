@@ -42,7 +42,7 @@ func runLoad(args []string) error {
 	asJSON := fs.Bool("json", false, "print the result object as JSON on stdout")
 	out := fs.String("out", "", "folder for result.json and PNG plots (nothing written when empty)")
 	nodesURL := fs.String("nodes-url", "", "proxy /v1/nodes to poll for per-node load (default: derived from an HTTP target; 'none' disables)")
-	emulated := fs.Bool("emulated", false, "label the result EMULATED (the nodes behind the proxy are emulated)")
+	emulated := fs.Bool("emulated", false, "label the result EMULATED (the nodes behind the proxy are emulated; found by itself when the proxy's /v1/nodes is polled)")
 	writeBody := fs.String("write-body", "", "write the first request's HTTP body to this file and exit (for wrk/hey cross-checks)")
 	maxErrRate := fs.Float64("max-error-rate", 0.01, "exit non-zero when more than this share of measured requests fail, in [0, 1]")
 	noCache := fs.Bool("no-cache", false, "bypass the proxy's score cache on every request (\"cache\": false; options.no_cache), so the nodes score every item of the cycled trace")
@@ -124,7 +124,11 @@ func runLoad(args []string) error {
 	if err != nil {
 		return err
 	}
-	res.Emulated = *emulated
+	// The proxy's /v1/nodes says so of emulated nodes even when --emulated was not given.
+	res.Emulated = res.Emulated || *emulated
+	if res.Emulated {
+		label = "EMULATED "
+	}
 	if *out != "" {
 		if err := report.WriteLoad(*out, strings.TrimSpace(label+"bench load"), res); err != nil {
 			return err

@@ -377,8 +377,11 @@ type NodeStatus struct {
 	// Model and Fingerprint are what the node last answered with.
 	Model       string `json:"model,omitempty"`
 	Fingerprint string `json:"model_fingerprint,omitempty"`
-	Batches     int64  `json:"batches"`
-	Errors      int64  `json:"errors"`
+	// Emulated: the node's replies say it runs the emulated engine (no model; timings from a
+	// cost profile). bench load labels its results EMULATED from it.
+	Emulated bool  `json:"emulated,omitempty"`
+	Batches  int64 `json:"batches"`
+	Errors   int64 `json:"errors"`
 	// Slow counts slow outcomes (outlier detection); Ejected whether the node is ejected now,
 	// EjectedSeconds for how much longer, Ejections how many times it was, LastEjectedAt when
 	// the last time began (zero: never; a poller learns when, not only that).
@@ -424,6 +427,7 @@ func (c *Cluster) Status() []NodeStatus {
 			Samples:             n.samples.Load(),
 			Model:               deref(n.model.Load()),
 			Fingerprint:         n.Fingerprint(),
+			Emulated:            n.emulated.Load(),
 			Batches:             n.batches.Load(),
 			Errors:              n.errors.Load(),
 			Slow:                n.slowTotal.Load(),

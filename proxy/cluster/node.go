@@ -46,6 +46,9 @@ type Node struct {
 	out   atomic.Pointer[modelOut]
 	// advised is set once an advisory model finding (backend.ModelError.Advisory) was logged.
 	advised atomic.Bool
+	// emulated is what the node's last reply said: it runs the emulated engine (timings from a
+	// cost profile, no model), so that figures measured through the proxy can say so.
+	emulated atomic.Bool
 	// callTimeout caps one call to a scorer node given as a backends entry (0: none, the
 	// request's deadline alone).
 	callTimeout time.Duration
@@ -420,6 +423,7 @@ func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 		}
 	}
 	n.SetFingerprint(resp.GetModelFingerprint())
+	n.emulated.Store(resp.GetEmulated())
 	if m := resp.GetMaxPromptTokens(); m > 0 {
 		n.maxPrompt.Store(int64(m))
 	}

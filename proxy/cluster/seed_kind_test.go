@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/relevance-scoring/relevance/costmodel"
+	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 )
 
 // TestSeedBoundComparesPeersOfTheSameKind: configs/backends/infinity.yaml runs one of our CPU scorer
@@ -22,5 +23,18 @@ func TestSeedBoundComparesPeersOfTheSameKind(t *testing.T) {
 	c.Eligible(nil)
 	if s := d.Samples(); s != 1<<20 {
 		t.Errorf("scorer node's own calibrated model (%d samples) refused because its peers of another kind are 20× faster: %d samples", 1<<20, s)
+	}
+}
+
+// TestStatusSaysWhichNodesAreEmulated: a node whose replies say it runs the emulated engine is
+// marked so in the status /v1/nodes serves (bench load labels its figures EMULATED from it); the
+// others are not.
+func TestStatusSaysWhichNodesAreEmulated(t *testing.T) {
+	c, _, d := seedCluster(costmodel.Coeffs{A: 5e-4, B: 2e-7, C: 0.1})
+	d.Observe(&relevancev1.ScoreBatchResponse{Emulated: true}, time.Now())
+	for _, st := range c.Status() {
+		if want := st.Addr == d.Addr(); st.Emulated != want {
+			t.Errorf("node %s: emulated %v, want %v", st.Addr, st.Emulated, want)
+		}
 	}
 }
