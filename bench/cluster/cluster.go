@@ -329,7 +329,7 @@ func ModelComplete(dir string) bool {
 // to a temporary folder and renames it, so an interrupted generation is never mistaken for a
 // complete one.
 func (c *Cluster) EnsureModel(ctx context.Context) error {
-	dir := c.cfg.Model.Dir
+	dir := filepath.Clean(c.cfg.Model.Dir) // "models/x/" would put its temporary folder inside it
 	if ModelComplete(dir) {
 		if filepath.Base(dir) == c.cfg.Model.generatedName() {
 			fmt.Fprintf(c.log, "model: using cached %s (%s)\n", dir, randomNote)

@@ -46,3 +46,64 @@ func TestEnsureModelNeverDeletesAUsersFolder(t *testing.T) {
 		t.Errorf("EnsureModel accepted an incomplete folder silently")
 	}
 }
+
+// fakeGenerator is a scorer binary whose gen-model writes a minimal complete checkpoint to --out.
+func fakeGenerator(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	script := "#!/bin/sh\nwhile [ $# -gt 0 ]; do if [ \"$1\" = --out ]; then out=$2; fi; shift; done\n" +
+		"mkdir -p \"$out\" && echo '{}' > \"$out/config.json\" && echo '{}' > \"$out/tokenizer.json\" && echo x > \"$out/model.safetensors\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "scorer"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// TestEnsureModelGeneratesFreshAndInterruptedCheckpoints: make run's default checkpoint is
+// generated on a fresh machine, regenerated when an interrupted generation left it incomplete
+// (and a stale temporary file beside it), and a model.dir written with a trailing slash works
+// (its temporary folder was put inside it, deleted with it, and the rename failed).
+func TestEnsureModelGeneratesFreshAndInterruptedCheckpoints(t *testing.T) {
+	bin := fakeGenerator(t)
+	root := t.TempDir()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(root)
+	cfg, err := LoadConfig(filepath.Join(wd, "../../configs/local.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.BinDir = bin
+	cfg.LogDir = t.TempDir()
+	c, err := New(cfg, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.EnsureModel(context.Background()); err != nil {
+		t.Fatalf("fresh: %v", err)
+	}
+	// interrupted: the folder has only config.json
+	dir := cfg.Model.Dir
+	os.Remove(filepath.Join(dir, "tokenizer.json"))
+	if err := os.WriteFile(dir+".tmp", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.EnsureModel(context.Background()); err != nil {
+		t.Fatalf("incomplete generated: %v", err)
+	}
+	if !ModelComplete(dir) {
+		t.Fatal("not regenerated")
+	}
+	// The same folder, written with a trailing slash, incomplete again.
+	cfg2 := Config{BinDir: bin, LogDir: t.TempDir(), Model: Model{Dir: "models/small-qwen3_moe-seed1/"}}
+	c2, err := New(cfg2, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, "tokenizer.json"))
+	if err := c2.EnsureModel(context.Background()); err != nil {
+		t.Fatalf("trailing slash: %v", err)
+	}
+}

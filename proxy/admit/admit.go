@@ -46,7 +46,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/relevance-scoring/relevance/proxy/cluster"
 	"github.com/relevance-scoring/relevance/proxy/plan"
 )
 
@@ -200,33 +199,26 @@ func (a *Admitter) Admit(p *plan.Plan, budget time.Duration) error {
 }
 
 // idleBound is when the plan's work would be answered with every candidate idle, as far as the
-// plan can tell. A plan that uses every candidate, each idle at its first batch, was split and
-// placed knowing they were idle: its IdleFinish is the answer. A plan shaped by backlog — a node
-// with work ahead of its first batch, or candidates it left unused — may hold its work in fewer
-// or worse-placed batches than idle nodes would get (the cost splitter picks fewer batches
-// behind a busy peer, often one on the idle node): then its work spread evenly over the
-// candidates, never more than IdleFinish. That bound is optimistic (a finer split adds a
+// plan can tell. A plan made with every candidate idle was split and placed knowing that: its
+// IdleFinish is the answer, even when it left candidates unused (a request the splitter keeps in
+// one batch). A plan shaped by backlog (Plan.Backlogged) may hold its work in fewer or
+// worse-placed batches than idle nodes would get (the cost splitter picks fewer batches behind a
+// busy peer, often one on the idle node): then its work spread evenly over as many candidates
+// as it has items, never more than IdleFinish. That bound is optimistic (a finer split adds a
 // batch's overhead), as it must be: "deadline" tells the client that the same budget is refused
 // again, and a request that an idle cluster fits must not be told that.
 func idleBound(p *plan.Plan) float64 {
 	idle := p.IdleFinish()
-	used := map[*cluster.Node]bool{}
-	shaped := false
-	var total float64
-	for _, b := range p.Batches {
-		if b.Lease == nil {
-			continue
-		}
-		if !used[b.Lease.Node] {
-			used[b.Lease.Node] = true
-			shaped = shaped || b.Lease.Start > 1e-9 // its first batch, in planned order
-		}
-		total += b.Lease.Predicted
-	}
-	if !shaped && len(used) >= p.Candidates {
+	if !p.Backlogged {
 		return idle
 	}
-	return min(idle, total/float64(max(1, p.Candidates, len(used))))
+	var total float64
+	for _, b := range p.Batches {
+		if b.Lease != nil {
+			total += b.Lease.Predicted
+		}
+	}
+	return min(idle, total/float64(max(1, min(p.Candidates, len(p.ItemTokens)))))
 }
 
 // maxRetryDelay caps a refusal's RetryInfo delay.

@@ -127,3 +127,23 @@ func twoNodePlanner(t *testing.T, cfg plan.Config) (*cluster.Cluster, *plan.Plan
 	}
 	return c, plan.NewPlanner(cfg, counter, cost.New(), c, plan.NewPlacer(c, leastloaded.New(0, route.DefaultRand)))
 }
+
+// TestUnsplittableRequestOnIdleClusterIsDeadline: on an idle two-node cluster a one-item request
+// (one batch, one node used: it cannot be split) with a budget under what it needs is refused as
+// "deadline" (a retry with the same budget is refused again), not "overload": a candidate left
+// unused on an idle cluster is no sign of backlog.
+func TestUnsplittableRequestOnIdleClusterIsDeadline(t *testing.T) {
+	_, pl := twoNodePlanner(t, plan.Config{})
+	req := &relevancev1.ScoreRequest{Query: "usb-c charger", Items: []*relevancev1.Item{{Text: strings.Repeat("a 65 W GaN charger ", 200)}}}
+	a := New(Config{Headroom: 1, MinSamples: 0}, nil, nil)
+	p := pl.Plan(req, "r", "")
+	defer p.Release()
+	budget := time.Duration(0.75 * p.Finish() * float64(time.Second))
+	err := a.Admit(p, budget)
+	if err == nil {
+		t.Fatalf("admitted in %v, 0.75× its only plan's %.3fs", budget, p.Finish())
+	}
+	if r := err.(*Rejection); r.reason != ReasonDeadline {
+		t.Errorf("refused as %q (%v): a retry after its delay is refused again", r.reason, err)
+	}
+}

@@ -789,6 +789,7 @@ func (n *Node) pollBackend(ctx context.Context, changed func(), log *slog.Logger
 		probe = max(probe, w.HealthTimeout())
 	}
 	var recheck time.Time // when a check that did not conclude is asked again (zero: none due)
+	var prior *modelOut   // the last conclusive finding that kept the node out (nil: none, or passed since)
 	for {
 		hctx, cancel := context.WithTimeout(ctx, probe)
 		seen := n.out.Load()
@@ -804,12 +805,15 @@ func (n *Node) pollBackend(ctx context.Context, changed func(), log *slog.Logger
 			// health probe may have used the shared one up.
 			mctx, mcancel := context.WithTimeout(ctx, probe)
 			var again bool
-			out, again = n.checkModel(mctx, checker, seen, log)
+			out, again = n.checkModel(mctx, checker, seen, prior, log)
 			mcancel()
 			ok = out == nil
 			recheck = time.Time{}
 			if again {
 				recheck = time.Now().Add(modelRecheck)
+			}
+			if out != nil || !again {
+				prior = out // a finding (or a kept one), or a pass: the last word until the next
 			}
 		}
 		if ok && loader != nil {
@@ -854,12 +858,13 @@ type modelOut struct {
 }
 
 // checkModel checks the model of a node joining, back, or kept out for its model (out: why, or
-// nil), and returns why it stays out (nil: it may take traffic) and whether to check again after
+// nil; prior: the last conclusive finding that kept it out, kept across a down period), and
+// returns why it stays out (nil: it may take traffic) and whether to check again after
 // modelRecheck although it is let in (the check did not conclude: backend.ErrModelUnchecked). A
 // node kept out is checked again only every modelRecheck; one whose kind cannot check (checker
 // nil) is then let back. A finding is logged once, naming the configured and served models; an
 // advisory one (the server answers whatever a request names) is only logged.
-func (n *Node) checkModel(ctx context.Context, checker backend.ModelChecker, out *modelOut, log *slog.Logger) (_ *modelOut, again bool) {
+func (n *Node) checkModel(ctx context.Context, checker backend.ModelChecker, out, prior *modelOut, log *slog.Logger) (_ *modelOut, again bool) {
 	now := time.Now()
 	if out != nil && now.Sub(out.at) < modelRecheck {
 		return out, false
@@ -872,11 +877,19 @@ func (n *Node) checkModel(ctx context.Context, checker backend.ModelChecker, out
 	errors.As(err, &me)
 	switch {
 	case errors.Is(err, backend.ErrModelUnchecked):
-		// A model list that did not answer (starting up, a timeout) proves nothing either way:
-		// let a node its health lets in take traffic, and ask again until the list answers. Let
-		// in unchecked for good, a server of another model whose batches fail only one by one
-		// (or never: TEI scores with its one model) stayed in traffic.
-		return out, true
+		// A model list that did not answer (starting up, a timeout) proves nothing either way.
+		// A node whose last conclusive finding kept it out (out, or prior across a down period)
+		// stays out, asked again after modelRecheck (the finding's time moves, or it was asked
+		// every poll). Any other is let in, as its health says, and asked again until the list
+		// answers: let in unchecked for good, a server of another model whose batches fail only
+		// one by one (or never: TEI scores with its one model) stayed in traffic.
+		if out == nil {
+			out = prior
+		}
+		if out != nil {
+			return &modelOut{reason: out.reason, at: now}, false
+		}
+		return nil, true
 	case me != nil && me.Advisory:
 		if !n.advised.Swap(true) {
 			log.Warn("scorer node's server serves another model than the configured name; it answers whatever a request names, so the node takes traffic",

@@ -243,6 +243,10 @@ type Plan struct {
 	// replies any of them had learned its cost model from (how far its projections can be trusted).
 	Candidates int
 	MinSamples int64
+	// Backlogged: some candidate had work ahead at planning time, so the split and placement
+	// were shaped by it (fewer batches, or none on a busy node) and may not be what idle nodes
+	// would get.
+	Backlogged bool
 	// Duration is how long planning took.
 	Duration time.Duration
 }
@@ -409,6 +413,7 @@ func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string
 	for i, n := range cands {
 		in.Nodes[i] = split.Node{Backlog: n.Load(now), Scale: n.Scale(ref)}
 		out.MinSamples = min(out.MinSamples, n.Samples())
+		out.Backlogged = out.Backlogged || in.Nodes[i].Backlog > 0
 	}
 	batches := pl.splitter.Split(in)
 	out.Batches = make([]*Batch, len(batches))
