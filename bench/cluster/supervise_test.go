@@ -15,18 +15,9 @@ import (
 // its node watchers, which only end when the context does.
 func TestSuperviseReturnsWhenTheProxyDies(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Nodes.Count = 1
-	var log syncBuffer
-	c, err := New(cfg, &log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := c.StartNodes(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c, _ := startOneNode(ctx, t, cfg)
 	if err := c.StartProxy(ctx, cfg.Proxy, "proxy"); err != nil {
 		t.Fatal(err)
 	}
@@ -56,20 +47,12 @@ func TestSuperviseReturnsWhenTheProxyDies(t *testing.T) {
 // attempt at the next try.
 func TestFailedRestartKeepsTheDeadNodesLog(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Nodes.Count = 1
-	defer func(d time.Duration) { RestartDelay = d }(RestartDelay)
+	d := RestartDelay
+	t.Cleanup(func() { RestartDelay = d }) // after the cluster's Stop (cleanups run last first)
 	RestartDelay = 10 * time.Millisecond
-	var log syncBuffer
-	c, err := New(cfg, &log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := c.StartNodes(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c, log := startOneNode(ctx, t, cfg)
 	sctx, stopSupervising := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- c.Supervise(sctx) }()
@@ -93,4 +76,21 @@ func TestFailedRestartKeepsTheDeadNodesLog(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), "scorer starting serve") {
 		t.Errorf("node-0.log.1 = %q, %v: want the dead node's own log (its start line)", b, err)
 	}
+}
+
+// startOneNode starts a cluster of cfg with one node (stopped when the test ends) and returns it
+// with the log it writes.
+func startOneNode(ctx context.Context, t *testing.T, cfg Config) (*Cluster, *syncBuffer) {
+	t.Helper()
+	cfg.Nodes.Count = 1
+	log := new(syncBuffer)
+	c, err := New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop() })
+	if err := c.StartNodes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c, log
 }

@@ -115,17 +115,10 @@ func TestNodeKeptOutForItsModelJoinsOnceServed(t *testing.T) {
 	var served atomic.Value
 	served.Store("org/other")
 	var checks atomic.Int64
-	c := startBackendCluster(t, backend.Spec{Kind: backend.KindVLLM, Model: "org/wanted"}, func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/health":
-			w.WriteHeader(200)
-		case "/v1/models":
-			checks.Add(1)
-			fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model"}]}`, served.Load())
-		default:
-			http.NotFound(w, r)
-		}
-	})
+	c := startBackendCluster(t, backend.Spec{Kind: backend.KindVLLM, Model: "org/wanted"}, vllmListing(func() (int, string) {
+		checks.Add(1)
+		return http.StatusOK, served.Load().(string)
+	}))
 	// The model checked twice (at join, then again), or the node in traffic.
 	for deadline := time.Now().Add(5 * time.Second); !c.Ready() && checks.Load() < 2; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -159,25 +152,13 @@ func TestModelCheckThatDidNotAnswerIsAskedAgain(t *testing.T) {
 	t.Cleanup(func() { pollEvery, modelRecheck = p, r }) // after the cluster's own cleanup, which stops its polls
 	pollEvery, modelRecheck = 10*time.Millisecond, 50*time.Millisecond
 	var checks atomic.Int64
-	c := startBackendCluster(t, backend.Spec{Kind: backend.KindVLLM, Model: "org/wanted"}, func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/health":
-			w.WriteHeader(200)
-		case "/v1/models":
-			if checks.Add(1) == 1 {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				return
-			}
-			fmt.Fprint(w, `{"object":"list","data":[{"id":"org/other","object":"model"}]}`)
-		default:
-			http.NotFound(w, r)
+	c := startBackendCluster(t, backend.Spec{Kind: backend.KindVLLM, Model: "org/wanted"}, vllmListing(func() (int, string) {
+		if checks.Add(1) == 1 {
+			return http.StatusServiceUnavailable, ""
 		}
-	})
-	for deadline := time.Now().Add(5 * time.Second); c.Status()[0].NotReady == ""; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("vLLM serving org/other (configured org/wanted) still in traffic after %d model checks: %+v", checks.Load(), c.Status()[0])
-		}
-	}
+		return http.StatusOK, "org/other"
+	}))
+	waitKeptOut(t, c)
 	if st := c.Status()[0]; st.Healthy {
 		t.Errorf("kept out for its model but healthy: %+v", st)
 	}
@@ -224,4 +205,34 @@ func startBackendCluster(t *testing.T, spec backend.Spec, h http.HandlerFunc) *C
 		t.Fatal(err)
 	}
 	return c
+}
+
+// vllmListing answers as a vLLM server: /health 200, and /v1/models listing the model list()
+// names, or list()'s status when it is not 200.
+func vllmListing(list func() (status int, id string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+			w.WriteHeader(http.StatusOK)
+		case "/v1/models":
+			status, id := list()
+			if status != http.StatusOK {
+				w.WriteHeader(status)
+				return
+			}
+			fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model"}]}`, id)
+		default:
+			http.NotFound(w, r)
+		}
+	}
+}
+
+// waitKeptOut waits, 5 s at most, until c's one node says why it is kept out of traffic.
+func waitKeptOut(t *testing.T, c *Cluster) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); c.Status()[0].NotReady == ""; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the node is still in traffic 5 s on: %+v", c.Status()[0])
+		}
+	}
 }

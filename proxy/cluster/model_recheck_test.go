@@ -19,26 +19,14 @@ func TestKeptOutNodeWhoseListFailsIsAskedOnlyEveryRecheck(t *testing.T) {
 	pollEvery, modelRecheck = 10*time.Millisecond, 300*time.Millisecond
 	var fail atomic.Bool
 	var checks atomic.Int64
-	c := startBackendCluster(t, backend.Spec{Kind: backend.KindVLLM, Model: "org/wanted"}, func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/health":
-			w.WriteHeader(200)
-		case "/v1/models":
-			checks.Add(1)
-			if fail.Load() {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				return
-			}
-			fmt.Fprint(w, `{"object":"list","data":[{"id":"org/other","object":"model"}]}`)
-		default:
-			http.NotFound(w, r)
+	c := startBackendCluster(t, backend.Spec{Kind: backend.KindVLLM, Model: "org/wanted"}, vllmListing(func() (int, string) {
+		checks.Add(1)
+		if fail.Load() {
+			return http.StatusServiceUnavailable, ""
 		}
-	})
-	for deadline := time.Now().Add(5 * time.Second); c.Status()[0].NotReady == ""; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("never kept out")
-		}
-	}
+		return http.StatusOK, "org/other"
+	}))
+	waitKeptOut(t, c)
 	fail.Store(true)
 	time.Sleep(400 * time.Millisecond) // past the first recheck
 	before := checks.Load()
@@ -80,11 +68,7 @@ func TestKeptOutNodeStaysOutAfterAHealthBlipAndAnUnansweredList(t *testing.T) {
 			http.NotFound(w, r)
 		}
 	})
-	for deadline := time.Now().Add(5 * time.Second); c.Status()[0].NotReady == ""; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("never kept out")
-		}
-	}
+	waitKeptOut(t, c)
 	phase.Store(1)
 	time.Sleep(200 * time.Millisecond)
 	if st := c.Status()[0]; st.Healthy {
