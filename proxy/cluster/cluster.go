@@ -555,7 +555,7 @@ func (c *Cluster) setMembers(dns []string) error {
 			errs = append(errs, fmt.Errorf("node %s: %w", a, err))
 			continue
 		}
-		n.peers = c.Snapshot
+		n.peers, n.log = c.Snapshot, c.log
 		ctx, cancel := context.WithCancel(c.ctx)
 		n.stop = cancel
 		if n.be != nil {

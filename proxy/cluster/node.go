@@ -117,6 +117,9 @@ type Node struct {
 	// peers is the cluster's membership (Cluster.Snapshot), whose trusted nodes' models bound
 	// the seed a node may start from (seed); nil: none.
 	peers func() []*Node
+	// log gets what the node's replies show that an operator should know (a seed ignored);
+	// nil: nothing is logged.
+	log *slog.Logger
 
 	stop context.CancelFunc // ends the health watch
 }
@@ -497,6 +500,10 @@ func (n *Node) seed(cm *relevancev1.CostModel) {
 	n.seeded = true
 	if peer, ok := n.peerPrice(); ok {
 		if r := c.Seconds(costmodel.RefFeatures) / peer; !(r <= seedTrust && r >= 1/seedTrust) {
+			if n.log != nil {
+				n.log.Warn("scorer node's own cost model is far from its peers': ignored, the node warms up on its replies",
+					"node", n.addr, "ratio_to_peers", r, "reported_samples", cm.GetSamples())
+			}
 			return
 		}
 	}

@@ -1,6 +1,9 @@
 package cluster
 
 import (
+	"bytes"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,5 +39,18 @@ func TestStatusSaysWhichNodesAreEmulated(t *testing.T) {
 		if want := st.Addr == d.Addr(); st.Emulated != want {
 			t.Errorf("node %s: emulated %v, want %v", st.Addr, st.Emulated, want)
 		}
+	}
+}
+
+// TestIgnoredSeedIsLogged: a node's own model ignored as far from its peers' is said in the log
+// (it showed only as a low samples count in /v1/nodes).
+func TestIgnoredSeedIsLogged(t *testing.T) {
+	truth := costmodel.Coeffs{A: 5e-4, B: 2e-7, C: 0.1}
+	_, _, d := seedCluster(truth)
+	var buf bytes.Buffer
+	d.log = slog.New(slog.NewTextHandler(&buf, nil))
+	d.Observe(seedReply(scaled(truth, 100), 1<<30), time.Now())
+	if out := buf.String(); !strings.Contains(out, "far from its peers") || !strings.Contains(out, "node=d:1") {
+		t.Errorf("log %q, want the ignored seed named with its node", out)
 	}
 }
