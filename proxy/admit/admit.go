@@ -173,7 +173,13 @@ func (a *Admitter) Admit(p *plan.Plan, budget time.Duration) error {
 	}
 	// The backlog ahead of the plan drains one second per second: the plan fits once
 	// m·(T − d) ≤ allowed, after d = T − allowed/m (not m·T − allowed, which is m times that).
+	// A plan shaped by backlog may have left a busy candidate out: then the request fits only
+	// once enough of the candidates' backlogs has drained (drainDelay), which its own T misses
+	// (a request placed whole on an idle node beside one with 10 s queued was told 53 ms).
 	reason, retry := ReasonOverload, (busy-allowed)/m
+	if p.Backlogged {
+		retry = max(retry, drainDelay(p.Backlogs, planWork(p), allowed/m))
+	}
 	msg := fmt.Sprintf("admission: projected completion %.0fms exceeds the %.0fms budget (%s)", busy*1e3, allowed*1e3, reason)
 	if idle := m * idleBound(p); idle > allowed {
 		// Waiting will not help: the same request with the same budget is refused again. Say
@@ -212,13 +218,51 @@ func idleBound(p *plan.Plan) float64 {
 	if !p.Backlogged {
 		return idle
 	}
-	var total float64
+	return min(idle, planWork(p)/float64(max(1, min(p.Candidates, len(p.ItemTokens)))))
+}
+
+// planWork is the plan's work: its batches' predicted seconds.
+func planWork(p *plan.Plan) float64 {
+	var w float64
 	for _, b := range p.Batches {
 		if b.Lease != nil {
-			total += b.Lease.Predicted
+			w += b.Lease.Predicted
 		}
 	}
-	return min(idle, total/float64(max(1, min(p.Candidates, len(p.ItemTokens)))))
+	return w
+}
+
+// drainDelay is how long from now until work seconds, spread over nodes with these backlogs
+// (each draining one second per second), could all be done within the next within seconds: the
+// least d with Σ max(0, within − max(0, b − d)) ≥ work. Spread evenly it is a lower bound on
+// when the request fits (a split is not that fine), so a client told it is not told too long.
+// +Inf never: past the largest backlog every node is idle, and the caller refused only requests
+// an idle cluster fits (else its reason is deadline).
+func drainDelay(backlogs []float64, work, within float64) float64 {
+	room := func(d float64) float64 {
+		var r float64
+		for _, b := range backlogs {
+			r += max(0, within-max(0, b-d))
+		}
+		return r
+	}
+	hi := 0.0
+	for _, b := range backlogs {
+		hi = max(hi, b)
+	}
+	if !(work > 0) || !(within > 0) || room(0) >= work || math.IsInf(hi, 0) || math.IsNaN(hi) {
+		return 0
+	}
+	lo := 0.0
+	for range 50 { // to ~1e-15 of the largest backlog
+		mid := (lo + hi) / 2
+		if room(mid) >= work {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi
 }
 
 // maxRetryDelay caps a refusal's RetryInfo delay.

@@ -3,6 +3,7 @@ package admit
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,32 @@ func TestBusyPeerIsOverloadWhateverTheSplit(t *testing.T) {
 	}
 	if r := refused.(*Rejection); r.reason != ReasonOverload {
 		t.Errorf("refused as %q (%v) though the same request with the same budget %v is admitted once the peer's backlog drains", r.reason, refused, budget)
+	}
+	// The request fits once the busy peer has drained enough of its 10 s to take the part the
+	// idle node cannot (~5 s here). Its own plan's overrun, busyFinish − budget (~2.5 s), was
+	// the delay, and a retry then was refused again.
+	if d, own := retryDelay(t, refused), time.Duration((busyFinish-budget.Seconds())*float64(time.Second)); d < own+time.Second || d > 10*time.Second {
+		t.Errorf("RetryInfo %v behind a peer with 10 s queued (its own plan's overrun %v), want the time until enough of the peer's backlog has drained", d, own)
+	}
+}
+
+// TestDrainDelayIsWhenTheWorkFitsOnTheDrainingNodes pins drainDelay's arithmetic: the least
+// delay after which the work, spread over nodes whose backlogs drain a second per second, fits
+// within the time allowed.
+func TestDrainDelayIsWhenTheWorkFitsOnTheDrainingNodes(t *testing.T) {
+	for _, c := range []struct {
+		backlogs           []float64
+		work, within, want float64
+	}{
+		{[]float64{0, 10}, 2, 1.5, 9},    // the idle node takes 1.5; the busy one 0.5 once at 1.0 left
+		{[]float64{2, 2}, 1, 1, 1.5},     // each takes 0.5 once at 0.5 left
+		{[]float64{0, 10}, 1, 1.5, 0},    // fits on the idle node now
+		{[]float64{3, 1, 0}, 3, 1, 3},    // needs every node idle
+		{[]float64{0.8, 0.8}, 1, 1, 0.3}, // each takes 0.5 once at 0.3 left
+	} {
+		if got := drainDelay(c.backlogs, c.work, c.within); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("drainDelay(%v, work %v, within %v) = %v, want %v", c.backlogs, c.work, c.within, got, c.want)
+		}
 	}
 }
 

@@ -245,8 +245,9 @@ type Plan struct {
 	MinSamples int64
 	// Backlogged: some candidate had work ahead at planning time, so the split and placement
 	// were shaped by it (fewer batches, or none on a busy node) and may not be what idle nodes
-	// would get.
+	// would get. Backlogs are the candidates' loads then, in seconds.
 	Backlogged bool
+	Backlogs   []float64
 	// Duration is how long planning took.
 	Duration time.Duration
 }
@@ -414,6 +415,12 @@ func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string
 		in.Nodes[i] = split.Node{Backlog: n.Load(now), Scale: n.Scale(ref)}
 		out.MinSamples = min(out.MinSamples, n.Samples())
 		out.Backlogged = out.Backlogged || in.Nodes[i].Backlog > 0
+	}
+	if out.Backlogged {
+		out.Backlogs = make([]float64, len(cands))
+		for i, nd := range in.Nodes {
+			out.Backlogs[i] = nd.Backlog
+		}
 	}
 	batches := pl.splitter.Split(in)
 	out.Batches = make([]*Batch, len(batches))
