@@ -240,23 +240,33 @@ func (c *cancelledCore) Close() error {
 	return c.fakeCore.Close()
 }
 
+// runDrainingIn200ms runs the proxy on a cancelledCore with a 200 ms drain timeout and returns
+// the core, the fronts' addresses, the cancel that starts the drain and Run's result.
+func runDrainingIn200ms(t *testing.T) (core *cancelledCore, httpAddr, grpcAddr string, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	core = &cancelledCore{fakeCore: fakeCore{entered: make(chan struct{}, 1)}}
+	cfg := testRunConfig()
+	cfg.Shutdown.Timeout = 200 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ran := make(chan error, 1)
+	addrs := make(chan [2]string, 1)
+	go func() {
+		ran <- Run(ctx, cfg, Options{Registry: prometheus.NewRegistry(),
+			NewCore:   func(proxy.Config, prometheus.Registerer, *slog.Logger) (Core, error) { return core, nil },
+			Listening: func(h, g net.Addr) { addrs <- [2]string{h.String(), g.String()} }})
+	}()
+	a := <-addrs
+	return core, a[0], a[1], cancel, ran
+}
+
 // TestDrainTimeoutAnswersBeforeRunReturns: when the drain runs out of time with a request in
 // flight, its core call is cancelled and the request answered 503 before Run closes the core and
 // returns (and the process exits). Run used to close the core under the running call and return
 // with the request unanswered: in the process its client read a reset.
 func TestDrainTimeoutAnswersBeforeRunReturns(t *testing.T) {
-	core := &cancelledCore{fakeCore: fakeCore{entered: make(chan struct{}, 1)}}
-	cfg := testRunConfig()
-	cfg.Shutdown.Timeout = 200 * time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	addrs := make(chan string, 1)
-	go func() {
-		done <- Run(ctx, cfg, Options{Registry: prometheus.NewRegistry(),
-			NewCore:   func(proxy.Config, prometheus.Registerer, *slog.Logger) (Core, error) { return core, nil },
-			Listening: func(h, _ net.Addr) { addrs <- "http://" + h.String() }})
-	}()
-	url := <-addrs
+	core, httpAddr, _, cancel, done := runDrainingIn200ms(t)
+	url := "http://" + httpAddr
 	client := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
 	got := make(chan string, 1)
@@ -286,18 +296,8 @@ func TestDrainTimeoutAnswersBeforeRunReturns(t *testing.T) {
 // The front used to tear its connections down (grpc.Server.Stop) under the call, whose client
 // read a broken transport, and the core was closed with the call still in it.
 func TestGRPCDrainTimeoutAnswersBeforeRunReturns(t *testing.T) {
-	core := &cancelledCore{fakeCore: fakeCore{entered: make(chan struct{}, 1)}}
-	cfg := testRunConfig()
-	cfg.Shutdown.Timeout = 200 * time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	addrs := make(chan string, 1)
-	go func() {
-		done <- Run(ctx, cfg, Options{Registry: prometheus.NewRegistry(),
-			NewCore:   func(proxy.Config, prometheus.Registerer, *slog.Logger) (Core, error) { return core, nil },
-			Listening: func(_, g net.Addr) { addrs <- g.String() }})
-	}()
-	conn, err := grpc.NewClient(<-addrs, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	core, _, grpcAddr, cancel, done := runDrainingIn200ms(t)
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
