@@ -177,7 +177,7 @@ func (a *Admitter) Admit(p *plan.Plan, budget time.Duration) error {
 	// once enough of the candidates' backlogs has drained (drainDelay), which its own T misses
 	// (a request placed whole on an idle node beside one with 10 s queued was told 53 ms).
 	reason, retry := ReasonOverload, (busy-allowed)/m
-	if p.Backlogged {
+	if p.Backlogged() {
 		retry = max(retry, drainDelay(p.Backlogs, planWork(p), allowed/m))
 	}
 	msg := fmt.Sprintf("admission: projected completion %.0fms exceeds the %.0fms budget (%s)", busy*1e3, allowed*1e3, reason)
@@ -215,7 +215,7 @@ func (a *Admitter) Admit(p *plan.Plan, budget time.Duration) error {
 // again, and a request that an idle cluster fits must not be told that.
 func idleBound(p *plan.Plan) float64 {
 	idle := p.IdleFinish()
-	if !p.Backlogged {
+	if !p.Backlogged() {
 		return idle
 	}
 	return min(idle, planWork(p)/float64(max(1, min(p.Candidates, len(p.ItemTokens)))))

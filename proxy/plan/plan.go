@@ -243,14 +243,17 @@ type Plan struct {
 	// replies any of them had learned its cost model from (how far its projections can be trusted).
 	Candidates int
 	MinSamples int64
-	// Backlogged: some candidate had work ahead at planning time, so the split and placement
-	// were shaped by it (fewer batches, or none on a busy node) and may not be what idle nodes
-	// would get. Backlogs are the candidates' loads then, in seconds.
-	Backlogged bool
-	Backlogs   []float64
+	// Backlogs are the candidates' loads at planning time, in seconds; nil when all were idle
+	// (see Backlogged).
+	Backlogs []float64
 	// Duration is how long planning took.
 	Duration time.Duration
 }
+
+// Backlogged reports whether some candidate had work ahead at planning time, so that the split
+// and placement were shaped by it (fewer batches, or none on a busy node) and may not be what idle
+// nodes would get.
+func (p *Plan) Backlogged() bool { return len(p.Backlogs) > 0 }
 
 // Finish is when the request is projected to be answered: the latest batch finish, in seconds
 // from planning (0 without batches).
@@ -414,9 +417,8 @@ func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string
 	for i, n := range cands {
 		in.Nodes[i] = split.Node{Backlog: n.Load(now), Scale: n.Scale(ref)}
 		out.MinSamples = min(out.MinSamples, n.Samples())
-		out.Backlogged = out.Backlogged || in.Nodes[i].Backlog > 0
 	}
-	if out.Backlogged {
+	if slices.ContainsFunc(in.Nodes, func(nd split.Node) bool { return nd.Backlog > 0 }) {
 		out.Backlogs = make([]float64, len(cands))
 		for i, nd := range in.Nodes {
 			out.Backlogs[i] = nd.Backlog
