@@ -276,3 +276,60 @@ func TestSplicedReplyCountsCachedTruncation(t *testing.T) {
 		t.Errorf("tokens_truncated = %d with a cached item cut by 7 tokens; the nodes would have reported 7", got)
 	}
 }
+
+// TestDrainedNodeDoesNotKeepItsOldIdentity: a node shutting down for a model update drains — its
+// health goes NOT_SERVING at once, and the batches it was running still answer, with the old
+// model's fingerprint — then comes back on new weights. The replies that arrive after the proxy
+// saw the health go must not leave the node known as the old model when it comes back: the
+// proxy would answer repeated requests from the cache under the old identity.
+func TestDrainedNodeDoesNotKeepItsOldIdentity(t *testing.T) {
+	nodes := startNodes(t, 1, fakenode.Options{Fingerprint: "model-a"})
+	p, _ := startProxy(t, testConfig(nodes.Addrs()))
+	req := makeRequest(6, 1)
+	score(t, p, req) // learns model-a, fills the cache
+	healthy := func(want bool) func() bool {
+		return func() bool { return p.Nodes()[0].Healthy == want }
+	}
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	nodes[0].SetLatency(func(fakenode.Batch) time.Duration {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-release
+		return 0
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Score(context.Background(), makeRequest(4, 2)) // in flight across the drain
+		done <- err
+	}()
+	<-started
+	nodes[0].SetServing(false) // drain: health goes first ...
+	waitUntil(t, "node seen down", healthy(false))
+	close(release) // ... the running batch answers, as model-a
+	if err := <-done; err != nil {
+		t.Fatalf("the batch running across the drain: %v", err)
+	}
+	nodes[0].SetLatency(nil)
+	nodes[0].SetModel("model-b", 0.5) // back on new weights
+	nodes[0].SetServing(true)
+	waitUntil(t, "node seen up", healthy(true))
+	if fp := p.cluster.Fingerprint(); fp == "model-a" {
+		t.Errorf("after the node came back on model-b the cluster still serves model-a from the cache (fingerprint %q)", fp)
+	}
+	resp, err := p.Score(context.Background(), makeRequest(6, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := 0
+	for i, s := range resp.GetScores() {
+		if math.Abs(float64(s.GetScore()-fakenode.Score(req.GetQuery(), req.GetItems()[i].GetText()))) < 1e-3 {
+			stale++
+		}
+	}
+	if stale > 0 {
+		t.Errorf("after the node came back on model-b, %d of 6 scores are model-a's (cached_items %d)", stale, resp.GetUsage().GetCachedItems())
+	}
+}

@@ -552,20 +552,21 @@ func (n *Node) peerPrice() (float64, bool) {
 
 // setHealthy records the node's health and calls changed when it changed. A node that loses it
 // is forgotten as a prefix holder and its model fingerprint is dropped: when it comes back it
-// may have restarted with an empty cache, or on another model.
+// may have restarted with an empty cache, or on another model. Both are dropped again when it
+// comes back: a draining node's health goes first and its running batches answer after, with the
+// old model's fingerprint and prefixes, which would otherwise survive its restart.
 // Coming back it warms up at its peers' price (warm.go), and the next cost model it reports
 // seeds its learner again: a restarted node calibrated itself afresh.
 func (n *Node) setHealthy(v bool, changed func()) (regained bool) {
 	if n.healthy.Swap(v) != v {
 		regained = v
-		if !v {
-			n.prefixes.clear()
-			// It may come back on other weights (a restart for a model update): its model is
-			// unknown until it answers again. Kept, the cluster would go on answering repeated
-			// requests from the score cache under the model it had before, and pin requests to
-			// it.
-			n.fingerprint.Store(nil)
-		} else {
+		// It may come back on other weights (a restart for a model update): its model is
+		// unknown until it answers again. Kept, the cluster would go on answering repeated
+		// requests from the score cache under the model it had before, and pin requests to it.
+		// Cleared on both edges: the replies of a drain arrive after its health went.
+		n.prefixes.clear()
+		n.fingerprint.Store(nil)
+		if v {
 			n.learnMu.Lock()
 			n.seeded = false
 			n.learnMu.Unlock()
