@@ -171,6 +171,11 @@ type Row struct {
 	P50ms    float64 `json:"p50_ms"`
 	P99ms    float64 `json:"p99_ms"`
 	P999ms   float64 `json:"p999_ms"`
+	// P50ms … P999ms are of the successful requests only: a configuration whose slowest
+	// requests fail (504 at the proxy deadline) reads fast for it. P99AllMs is p99 over every
+	// measured request, each failure counted as the client's timeout (load.Result.P99AllMs);
+	// 0 in older reports.
+	P99AllMs float64 `json:"p99_all_ms,omitempty"`
 	// GoodputRPS and GoodputRatio count successful replies within the SLO.
 	GoodputRPS    float64          `json:"goodput_rps"`
 	GoodputRatio  float64          `json:"goodput_ratio"`
@@ -231,6 +236,16 @@ type Gain struct {
 	BestP999ms     float64 `json:"best_p999_ms"`
 	BaselineGood   float64 `json:"baseline_goodput_ratio"`
 	BestGood       float64 `json:"best_goodput_ratio"`
+	// BaselineNoSuccess and BestNoSuccess: that side had no successful request, so it has no
+	// latency (its p99 fields are 0 and the ratios undefined, written as 0).
+	BaselineNoSuccess bool `json:"baseline_no_success,omitempty"`
+	BestNoSuccess     bool `json:"best_no_success,omitempty"`
+	// BaselineErrors and BestErrors are the failed requests; the p99s with each failure counted
+	// at the client's timeout (Row.P99AllMs) are what the tails compare when either failed.
+	BaselineErrors   int64   `json:"baseline_errors,omitempty"`
+	BestErrors       int64   `json:"best_errors,omitempty"`
+	BaselineP99AllMs float64 `json:"baseline_p99_all_ms,omitempty"`
+	BestP99AllMs     float64 `json:"best_p99_all_ms,omitempty"`
 }
 
 func (o *Options) defaults() error {
@@ -449,7 +464,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			// the counters' difference covers).
 			node := nodeFigures(before, after, int64(len(load.Schedule(rate, o.Duration, o.Seed))))
 			row := Row{Config: cfg.Name(), Load: l, RateRPS: rate, Requests: res.Requests, P50ms: res.P50ms, P99ms: res.P99ms,
-				P999ms: res.P999ms, GoodputRPS: res.GoodputRPS, GoodputRatio: res.GoodputRatio, ThroughputRPS: res.ThroughputRPS,
+				P999ms: res.P999ms, P99AllMs: res.P99AllMs, GoodputRPS: res.GoodputRPS, GoodputRatio: res.GoodputRatio, ThroughputRPS: res.ThroughputRPS,
 				Errors: res.Errors, ErrorsBy: res.ErrorsBy, CDF: res.CDF, Node: node}
 			rep.Rows = append(rep.Rows, row)
 			logf("compare: [%2d/%d] %-26s load %3.0f%% (%6.2f req/s): p50 %7.1f  p99 %7.1f  p99.9 %7.1f ms  goodput %5.1f%%  errors %d%s",
@@ -532,12 +547,23 @@ func HeadlineVs(rows []Row, baseline, best Config) []Gain {
 		if b == nil || w == nil {
 			continue
 		}
-		out = append(out, Gain{Load: r.Load, P99Ratio: ratio(b.P99ms, w.P99ms), P999Ratio: ratio(b.P999ms, w.P999ms),
+		g := Gain{Load: r.Load, P99Ratio: ratio(b.P99ms, w.P99ms), P999Ratio: ratio(b.P999ms, w.P999ms),
 			GoodputPoints: 100 * (w.GoodputRatio - b.GoodputRatio), BaselineP99ms: b.P99ms, BestP99ms: w.P99ms,
-			BaselineP999ms: b.P999ms, BestP999ms: w.P999ms, BaselineGood: b.GoodputRatio, BestGood: w.GoodputRatio})
+			BaselineP999ms: b.P999ms, BestP999ms: w.P999ms, BaselineGood: b.GoodputRatio, BestGood: w.GoodputRatio,
+			BaselineNoSuccess: noLatency(*b), BestNoSuccess: noLatency(*w),
+			BaselineErrors: b.Errors, BestErrors: w.Errors, BaselineP99AllMs: b.P99AllMs, BestP99AllMs: w.P99AllMs}
+		if g.BaselineNoSuccess || g.BestNoSuccess {
+			// No latency on one side: a ratio against its 0 would read as a gain (or loss) of 0×.
+			g.P99Ratio, g.P999Ratio = 0, 0
+		}
+		out = append(out, g)
 	}
 	return out
 }
+
+// noLatency reports a row without a successful request: its latency fields are all 0 (a success
+// takes some time, so its p50 is > 0).
+func noLatency(r Row) bool { return r.P50ms <= 0 && r.P99ms <= 0 && r.P999ms <= 0 }
 
 func ratio(a, b float64) float64 {
 	if b <= 0 {

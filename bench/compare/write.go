@@ -25,6 +25,12 @@ func (r *Report) label() string {
 // template, query-prefix and score-cache hit rates.
 func (r *Report) Table(md bool) string {
 	header := []string{"config", "load", "req/s", "n", "p50 ms", "p99 ms", "p99.9 ms", fmt.Sprintf("goodput≤%.0fms", r.SLOms), "good req/s", "errors"}
+	// p50 … p99.9 are of the successes; when any run failed requests, a column gives p99 with
+	// each failure counted at the client's timeout, or the failures would make a run read fast.
+	failed := slices.ContainsFunc(r.Rows, func(x Row) bool { return x.Errors > 0 })
+	if failed {
+		header = append(header, "p99 all ms")
+	}
 	node := slices.ContainsFunc(r.Rows, func(x Row) bool { return x.Node != nil })
 	if node {
 		header = append(header, "node-s/req", "batches/req", "template hits", "query-prefix hits", "score-cache hits")
@@ -40,6 +46,13 @@ func (r *Report) Table(md bool) string {
 		row := []string{x.Config, fmt.Sprintf("%.0f%%", 100*x.Load), fmt.Sprintf("%.2f", x.RateRPS), fmt.Sprint(x.Requests),
 			p50, p99, p999,
 			fmt.Sprintf("%.1f%%", 100*x.GoodputRatio), fmt.Sprintf("%.2f", x.GoodputRPS), errString(x)}
+		if failed {
+			all := "-" // older reports lack it
+			if x.P99AllMs > 0 {
+				all = fmt.Sprintf("%.1f", x.P99AllMs)
+			}
+			row = append(row, all)
+		}
 		if node {
 			if f := x.Node; f != nil {
 				row = append(row, fmt.Sprintf("%.3f", f.NodeSecondsPerRequest), fmt.Sprintf("%.2f", f.BatchesPerRequest),
@@ -73,9 +86,33 @@ func (r *Report) HeadlineText() string {
 		base = Baseline.Name()
 	}
 	for _, g := range r.Headline {
-		fmt.Fprintf(&b, "%s at %.0f%% load: %s vs %s: p99 %.1f → %.1f ms (%.2f×), p99.9 %.1f → %.1f ms (%.2f×), goodput≤%.0fms %.1f%% → %.1f%% (%+.1f points)\n",
-			r.label(), 100*g.Load, Best.Name(), base, g.BaselineP99ms, g.BestP99ms, g.P99Ratio, g.BaselineP999ms, g.BestP999ms, g.P999Ratio,
+		// A side without a successful request has no latency: n/a, and no ratio.
+		lat := func(from, to, ratio float64) string {
+			switch {
+			case g.BaselineNoSuccess && g.BestNoSuccess:
+				return "n/a → n/a"
+			case g.BaselineNoSuccess:
+				return fmt.Sprintf("n/a → %.1f ms", to)
+			case g.BestNoSuccess:
+				return fmt.Sprintf("%.1f ms → n/a", from)
+			}
+			return fmt.Sprintf("%.1f → %.1f ms (%.2f×)", from, to, ratio)
+		}
+		fmt.Fprintf(&b, "%s at %.0f%% load: %s vs %s: p99 %s, p99.9 %s, goodput≤%.0fms %.1f%% → %.1f%% (%+.1f points)",
+			r.label(), 100*g.Load, Best.Name(), base, lat(g.BaselineP99ms, g.BestP99ms, g.P99Ratio), lat(g.BaselineP999ms, g.BestP999ms, g.P999Ratio),
 			r.SLOms, 100*g.BaselineGood, 100*g.BestGood, g.GoodputPoints)
+		if g.BaselineErrors+g.BestErrors > 0 && (g.BaselineP99AllMs > 0 || g.BestP99AllMs > 0) {
+			// The p99s above are of the successes: with failures, also the p99 that counts them.
+			all := func(v float64) string {
+				if v <= 0 {
+					return "n/a"
+				}
+				return fmt.Sprintf("%.1f", v)
+			}
+			fmt.Fprintf(&b, "; failed %d vs %d, p99 with failures at the timeout %s → %s ms",
+				g.BaselineErrors, g.BestErrors, all(g.BaselineP99AllMs), all(g.BestP99AllMs))
+		}
+		b.WriteByte('\n')
 	}
 	return b.String()
 }
@@ -127,6 +164,9 @@ func (r *Report) Write(dir, command string) error {
 		md.WriteString("\n")
 	}
 	fmt.Fprintf(&md, "## Table\n\n`n` is the number of measured requests per run: p99.9 of fewer than 1000 requests is close to the maximum.\n\n")
+	if slices.ContainsFunc(r.Rows, func(x Row) bool { return x.Errors > 0 }) {
+		md.WriteString("p50, p99 and p99.9 are of the successful requests only; `p99 all` is p99 over every measured request, each failure counted as the client's timeout.\n\n")
+	}
 	if slices.ContainsFunc(r.Rows, func(x Row) bool { return x.Node != nil }) {
 		md.WriteString("The node side is read from the nodes' and the proxy's /metrics before and after each run, so it covers the warm-up too: " +
 			"`node-s/req` is the nodes' forward seconds summed over nodes ÷ the requests sent (warm-up included), `batches/req` the ScoreBatch calls they answered ÷ the same; " +

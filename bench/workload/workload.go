@@ -342,8 +342,17 @@ func generate(s Spec, seed, i uint64) Request {
 		if popular >= 0 && s.RepeatItemsShare > 0 && r.Float64() < s.RepeatItemsShare {
 			// Item c of popular query k: its own stream, so it is the same text every time.
 			c := r.IntN(catalog)
-			cr := rand.New(rand.NewPCG(seed^0x7f4a7c159e3779b9, uint64(popular)<<32|uint64(c)))
-			req.Items[j] = genItem(cr, s.ItemTokens.DrawInt(cr))
+			key := uint64(popular)<<32 | uint64(c)
+			cr := rand.New(rand.NewPCG(seed^0x7f4a7c159e3779b9, key))
+			// Catalogue items are Chinese at the spec's share too (they were always English,
+			// which cut the trace's Chinese share by the share of catalogue items). The choice
+			// has a stream of its own, so an item that stays English keeps its text.
+			zr := rand.New(rand.NewPCG(seed^0x3c6ef372fe94f82b, key))
+			if target := s.ItemTokens.DrawInt(cr); s.ChineseShare > 0 && zr.Float64() < s.ChineseShare {
+				req.Items[j] = genChineseItem(cr, target)
+			} else {
+				req.Items[j] = genItem(cr, target)
+			}
 			req.ApproxTokens[j] = EstimateTokens(req.Items[j])
 			continue
 		}

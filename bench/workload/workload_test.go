@@ -220,3 +220,29 @@ func TestQueryPrefixLeavesTheTraceAlone(t *testing.T) {
 		t.Errorf("the original trace changed: %q (was %q), or lengths %d and %d", tr.At(0).Query, before, p.Len(), tr.Len())
 	}
 }
+
+// TestChineseShareHoldsWithRepeatedItems: chinese_share is the share of items written in
+// Chinese, whatever their origin. Items drawn from a popular query's catalogue
+// (repeat_items_share) used to be English always, so configs/workloads/repetitive.yaml
+// (chinese_share 0.1, 56 % of items from catalogues) sent 4.7 % Chinese items.
+func TestChineseShareHoldsWithRepeatedItems(t *testing.T) {
+	s := Spec{Seed: 3, Items: Dist{Kind: "const", Value: 20}, QueryWords: Dist{Kind: "const", Value: 3},
+		ItemTokens: Dist{Kind: "const", Value: 40}, RepeatQueryShare: 1, PopularQueries: 10,
+		RepeatItemsShare: 1, CatalogItems: 200, ChineseShare: 0.3, TraceSize: 400}
+	tr, err := New(s, s.Seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zh, total := 0, 0
+	for i := range tr.Len() {
+		for _, it := range tr.At(i).Items {
+			total++
+			if strings.ContainsAny(it, "无防不人便超降智纯户") {
+				zh++
+			}
+		}
+	}
+	if share := float64(zh) / float64(total); share < 0.25 || share > 0.35 {
+		t.Errorf("Chinese share %.3f of %d catalogue items, want about 0.3", share, total)
+	}
+}
