@@ -680,7 +680,7 @@ func (s *scheduler) runPass(eng scorer.Engine, jobs []*job) (panicked bool) {
 		if len(jobs) > 1 && est > 0 {
 			// The pass's time shared out as estimated: the job would have been answered after
 			// its share of everything up to it in queue order.
-			r.mergeDelay = dur - time.Duration(float64(dur)*j.seqEst/est)
+			r.mergeDelay = dur - shareOf(dur, j.seqEst/est)
 		}
 		switch {
 		case err == nil:
@@ -688,9 +688,9 @@ func (s *scheduler) runPass(eng scorer.Engine, jobs []*job) (panicked bool) {
 			case est > 0:
 				// Its share of the pass's work as priced (what the proxy learns from, against
 				// features that leave out a prefix cached or computed by another job).
-				r.compute = time.Duration(float64(dur) * j.passEst / est)
+				r.compute = shareOf(dur, j.passEst/est)
 			case total > 0:
-				r.compute = time.Duration(float64(dur) * float64(j.tokens) / float64(total))
+				r.compute = shareOf(dur, float64(j.tokens)/float64(total))
 			}
 		case j.ctx.Err() != nil:
 			r.err = status.FromContextError(j.ctx.Err()).Err()
@@ -702,6 +702,13 @@ func (s *scheduler) runPass(eng scorer.Engine, jobs []*job) (panicked bool) {
 		j.done <- r
 	}
 	return panicked
+}
+
+// shareOf is the share frac of d, rounded to the nearest nanosecond. Computed as d×a/b and
+// truncated, a lone batch's share of its pass (a = b) came out 1 ns short of the pass for some
+// pass lengths; frac is taken first (exactly 1 then) and the product rounded, not truncated.
+func shareOf(d time.Duration, frac float64) time.Duration {
+	return time.Duration(math.Round(float64(d) * frac))
 }
 
 // forward runs eng.Forward, turning a panic into an error: the worker is the only goroutine

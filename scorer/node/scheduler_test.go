@@ -428,3 +428,63 @@ func TestPanicPricingABatchEndsItsAdmission(t *testing.T) {
 		t.Errorf("admitted = %d after the call ended; Drain: %v", adm, err)
 	}
 }
+
+// steppedFake is fakeEngine on a fake clock whose k-th pass takes step·(k+1) plus base.
+type steppedFake struct {
+	*fakeEngine
+	base, step time.Duration
+	mu         sync.Mutex
+	passes     int
+	now        time.Time
+}
+
+func (c *steppedFake) Forward(ctx context.Context, groups []*scorer.Group) (scorer.ForwardStats, error) {
+	st, err := c.fakeEngine.Forward(ctx, groups)
+	c.mu.Lock()
+	c.passes++
+	d := c.base + time.Duration(c.passes)*c.step
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+	st.Duration = d
+	return st, err
+}
+
+func (c *steppedFake) clock() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// TestLoneBatchComputeIsTheWholePass: a batch that ran in a pass of its own did all of its work:
+// its compute_seconds is the pass's forward_seconds to the nanosecond, whatever the pass took.
+// (Shared out as dur × passEst ÷ est and truncated to a Duration, it came out 1 ns short for
+// about half of all pass lengths: the proxy saw a lone batch computing less than its pass, and
+// TestScoreBatchOrderAndStats failed intermittently.)
+func TestLoneBatchComputeIsTheWholePass(t *testing.T) {
+	f := &steppedFake{fakeEngine: newFake(), base: 31 * time.Millisecond, step: 7919, now: time.Unix(1e9, 0)}
+	f.started = nil
+	s := newScheduler(1000, 10, false)
+	s.now = f.clock
+	s.start(f, nil)
+	defer s.stop()
+	short := 0
+	for i := range 200 {
+		j := submitJob(t, s, f, context.Background(), "q", strings.Repeat("d", 1+i%7))
+		r := <-j.done
+		if r.err != nil {
+			t.Fatalf("pass %d: %v", i, r.err)
+		}
+		if r.merged != 1 {
+			t.Fatalf("pass %d merged %d batches, want 1", i, r.merged)
+		}
+		if r.compute != r.forward {
+			if short == 0 {
+				t.Errorf("pass %d: a lone batch's compute %v, its pass's forward %v", i, r.compute, r.forward)
+			}
+			short++
+		}
+	}
+	if short > 0 {
+		t.Errorf("%d of 200 lone batches reported less compute than their pass", short)
+	}
+}
