@@ -51,9 +51,9 @@
 //     SlowFactor × the batch's projected finish of that node's time.
 //   - In fail-fast mode the first batch that fails for good cancels the others.
 //   - Probe: a node back from an outlier ejection (package cluster: probation) gets a copy of the
-//     request's smallest batch, sent beside the batch itself; the request never waits for it.
-//     Its outcome ends the probation or ejects the node again, so a node that is still slow costs
-//     no request its deadline.
+//     request's smallest batch (at most the items the node takes per request), sent beside the
+//     batch itself; the request never waits for it. Its outcome ends the probation or ejects the
+//     node again, so a node that is still slow costs no request its deadline.
 //
 // A Dispatcher is safe for concurrent use.
 package dispatch
@@ -208,6 +208,11 @@ func (d *Dispatcher) probe(ctx context.Context, p *plan.Plan) {
 			b = c
 		}
 	}
+	// The batches were cut for the planning candidates, which a node on probation is not: a
+	// server that takes fewer documents per request (TEI: 32) would refuse the whole batch
+	// before it is sent, an outcome that neither ends nor extends the probation, and under large
+	// requests the node would never come back. Its limit's worth of the batch probes it as well.
+	b = b.Head(n.Limits().MaxItems, p.ItemTokens)
 	l := d.placer.PlaceOn(b.Work(), n)
 	if l == nil {
 		n.ProbeEnded()

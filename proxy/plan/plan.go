@@ -29,6 +29,8 @@ import (
 	"slices"
 	"time"
 
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	"github.com/relevance-scoring/relevance/costmodel"
 	"github.com/relevance-scoring/relevance/prompt"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
@@ -221,6 +223,30 @@ func (b *Batch) Work() Work {
 		w.Rest = costmodel.ItemFeatures(t, b.PrefixTokens-t)
 	}
 	return w
+}
+
+// Head is b cut to its first k items (b itself when it holds no more): a copy of the batch for
+// a node that takes at most k documents per request, as a probe of a node on probation, which
+// was no planning candidate, so the plan's batches were not cut to its limit. itemTokens are the
+// plan's per-item counts (Plan.ItemTokens), which price the head. The head learns no token
+// counts (its reply answers part of the batch the counts were taken for).
+func (b *Batch) Head(k int, itemTokens []int) *Batch {
+	if k <= 0 || k >= len(b.Items) {
+		return b
+	}
+	req := &relevancev1.ScoreBatchRequest{}
+	dst := req.ProtoReflect()
+	b.Req.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		dst.Set(fd, v) // shallow: the items are shared, never written
+		return true
+	})
+	req.Items = b.Req.GetItems()[:k:k]
+	toks := make([]int, k)
+	for j, i := range b.Items[:k] {
+		toks[j] = itemTokens[i]
+	}
+	return &Batch{Index: b.Index, Items: b.Items[:k:k], Req: req, PrefixTokens: b.PrefixTokens, PrefixKey: b.PrefixKey,
+		TemplateTokens: b.TemplateTokens, Fingerprint: b.Fingerprint, Features: costmodel.BatchFeatures(b.PrefixTokens, toks, false)}
 }
 
 // PrefixKey identifies the shared prefix of (instruction, query) — what a node's prefix cache is

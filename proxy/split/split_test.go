@@ -360,3 +360,26 @@ func TestCostMakesFewerBatchesOnABusyCluster(t *testing.T) {
 		t.Errorf("%d batches with 0.3 s of backlog on every node, %d on idle nodes: want fewer when busy", busy, idle)
 	}
 }
+
+// TestHugeBatchCapMeansNoCap: a cap far above any request (max_batch_items has no upper bound in
+// the configuration, and a node may report a large limit) is no cap at all. The batch count
+// ceil(n/m) was computed as (n+m−1)/m, which overflows for m near MaxInt: the cost splitter
+// indexed bins[-1] and the fixed one made a slice of negative capacity, a panic either way.
+func TestHugeBatchCapMeansNoCap(t *testing.T) {
+	toks := heavyTailed(rand.New(rand.NewPCG(5, 6)), 40)
+	for _, m := range []int{math.MaxInt, math.MaxInt - 1, math.MaxInt - 38} {
+		for name, s := range map[string]split.Splitter{fixed.Type: fixed.New(), cost.Type: cost.New()} {
+			in := split.Input{PrefixTokens: 80, ItemTokens: toks, Coeffs: coeffs, Nodes: []split.Node{{}, {}}, MaxBatchItems: m}
+			var bs []split.Batch
+			func() {
+				defer func() {
+					if e := recover(); e != nil {
+						t.Fatalf("%s, cap %d: panic: %v", name, m, e)
+					}
+				}()
+				bs = s.Split(in)
+			}()
+			checkCover(t, fmt.Sprintf("%s cap %d", name, m), len(toks), m, bs)
+		}
+	}
+}

@@ -68,7 +68,7 @@ func (*Splitter) Split(in split.Input) []split.Batch {
 	if m <= 0 {
 		m = n
 	}
-	kmin := (n + m - 1) / m
+	kmin := (n-1)/m + 1 // ceil(n/m) without n+m−1, which overflows for a cap near MaxInt
 	kmax := min(n, 2*len(nodes))
 	if t := in.TargetBatchSeconds; t > 0 && !math.IsInf(total, 0) {
 		if t > over {

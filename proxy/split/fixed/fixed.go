@@ -26,7 +26,10 @@ func (*Splitter) Split(in split.Input) []split.Batch {
 	}
 	n := len(in.ItemTokens)
 	over := split.BatchOverhead(in.Coeffs, in.PrefixTokens)
-	out := make([]split.Batch, 0, (n+m-1)/m)
+	var out []split.Batch
+	if n > 0 {
+		out = make([]split.Batch, 0, (n-1)/m+1) // ceil(n/m); n+m−1 overflows for a cap near MaxInt
+	}
 	for lo := 0; lo < n; lo += m {
 		hi := min(lo+m, n)
 		b := split.Batch{Items: make([]int, 0, hi-lo), Cost: over}
