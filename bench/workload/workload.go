@@ -11,16 +11,15 @@
 package workload
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/relevance-scoring/relevance/internal/yamlconf"
 )
 
 // Dist is a one-dimensional distribution of positive values, clamped to [Min, Max].
@@ -203,9 +202,18 @@ func Load(path string) (Spec, error) {
 // Parse reads a YAML spec over the defaults and validates it.
 func Parse(b []byte) (Spec, error) {
 	s := Default()
-	dec := yaml.NewDecoder(strings.NewReader(string(b)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&s); err != nil && !errors.Is(err, io.EOF) { // empty file: all defaults
+	// A distribution the file gives replaces the default one whole: decoded over it, a
+	// {kind: const, value: 10} kept the default's min 20 and max, which clamp every draw. (Errors
+	// in the file are the strict decode's to report.)
+	var top map[string]any
+	if yaml.Unmarshal(b, &top) == nil {
+		for key, d := range map[string]*Dist{"items": &s.Items, "query_words": &s.QueryWords, "item_tokens": &s.ItemTokens} {
+			if top[key] != nil {
+				*d = Dist{}
+			}
+		}
+	}
+	if err := yamlconf.Decode(b, &s); err != nil { // empty file: all defaults
 		return Spec{}, fmt.Errorf("parse workload: %w", err)
 	}
 	if err := s.Validate(); err != nil {

@@ -38,7 +38,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -216,7 +218,16 @@ func (s Spec) validateAddr() error {
 		return fmt.Errorf("addr: must not be empty")
 	}
 	if s.Kind == KindScorer {
-		return nil // any gRPC target (dns:///…, unix:…, host:port)
+		// Any gRPC target with a scheme (dns:///…, unix:…), else host:port as in nodes.static:
+		// gRPC reads a bare host as dns:///host:443, where no scorer node listens.
+		if strings.Contains(s.Addr, "://") || strings.HasPrefix(s.Addr, "unix:") || strings.HasPrefix(s.Addr, "unix-abstract:") {
+			return nil
+		}
+		host, port, err := net.SplitHostPort(s.Addr)
+		if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
+			return fmt.Errorf("addr: must be host:port (port 1–65535) or a gRPC target with a scheme (dns:///host:port, unix:path), got %q", s.Addr)
+		}
+		return nil
 	}
 	if _, err := BaseURL(s.Addr); err != nil {
 		return fmt.Errorf("addr: %w", err)

@@ -617,7 +617,13 @@ func (d *Dispatcher) slowAfter(expected float64) (time.Duration, bool) {
 	if !(d.cfg.SlowFactor > 0) {
 		return 0, false
 	}
-	return max(time.Duration(d.cfg.SlowFactor*expected*float64(time.Second)), d.cfg.SlowMin), true
+	ns := d.cfg.SlowFactor * expected * float64(time.Second)
+	if ns >= math.MaxInt64 {
+		// A huge slow_factor (1e9, .inf: "never slow") overflows Duration, and the conversion
+		// gives the most negative one on amd64: every batch would be slow at slow_min.
+		return time.Duration(math.MaxInt64), true
+	}
+	return max(time.Duration(ns), d.cfg.SlowMin), true
 }
 
 // hedgeDelay is how long to wait before hedging a batch expected to finish in expected seconds:

@@ -85,6 +85,11 @@ func check(spec backend.Spec) (backend.Spec, error) {
 		// It would be ignored: the node cuts documents to its own limit, which its replies report.
 		return spec, fmt.Errorf("max_item_tokens: scorer nodes report their own prompt limit; must be 0, got %d", spec.MaxItemTokens)
 	}
+	if spec.Model != "" {
+		// It would be ignored: nothing is sent or checked, a scorer node reports the model it
+		// loaded (proxy model.name is the cluster-wide check).
+		return spec, fmt.Errorf("model: scorer nodes report the model they loaded and are not checked against one; must be empty, got %q", spec.Model)
+	}
 	return spec, nil
 }
 

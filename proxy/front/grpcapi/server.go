@@ -51,6 +51,7 @@ type Config struct {
 	// accepts; KeepalivePermitWithoutStream accepts them on a connection with no call open.
 	// grpc-go's defaults (5 min, no) answer a client pinging every 10 s — common behind load
 	// balancers that drop idle connections — with GOAWAY ENHANCE_YOUR_CALM, failing its calls.
+	// KeepaliveMinTime 0 accepts any interval (grpc-go itself would read 0 as its 5 min default).
 	KeepaliveMinTime             time.Duration `yaml:"keepalive_min_time"`
 	KeepalivePermitWithoutStream bool          `yaml:"keepalive_permit_without_stream"`
 }
@@ -148,7 +149,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	s.gs = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.MaxSendMsgSize(cfg.MaxSendBytes),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.KeepaliveMinTime, PermitWithoutStream: cfg.KeepalivePermitWithoutStream}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime(cfg.KeepaliveMinTime), PermitWithoutStream: cfg.KeepalivePermitWithoutStream}),
 		// Metrics outermost so that a recovered panic is counted as the INTERNAL it became.
 		// grpcutf8 answers INVALID_ARGUMENT, naming the field, for a request that could not be
 		// decoded (invalid UTF-8, malformed protobuf), where grpc-go would answer INTERNAL.
@@ -161,6 +162,16 @@ func New(cfg Config, opts Options) (*Server, error) {
 	s.setHealth(opts.Core.Ready())
 	go s.pollReadiness()
 	return s, nil
+}
+
+// keepaliveMinTime is the EnforcementPolicy.MinTime for keepalive_min_time d. grpc-go replaces a
+// MinTime of 0 with its 5 min default, the strictest policy, where the key's 0 means no minimum:
+// the smallest positive interval is that.
+func keepaliveMinTime(d time.Duration) time.Duration {
+	if d == 0 {
+		return time.Nanosecond
+	}
+	return d
 }
 
 // Serve answers RPCs on ln until Shutdown.
