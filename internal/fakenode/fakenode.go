@@ -81,6 +81,9 @@ type Options struct {
 	Addr string
 	// Fingerprint is the model fingerprint in replies (empty: none); SetModel changes it.
 	Fingerprint string
+	// MaxItems is the node's max_items, the most items one batch may hold (0: no limit a test
+	// would meet); a larger batch is refused as a real node refuses it.
+	MaxItems int
 }
 
 // Node is one running fake scorer node.
@@ -115,6 +118,9 @@ func Start(opts Options) (*Node, error) {
 	// reaches beyond the node: no drain wait on Close, no start-up calibration (the engine's
 	// prior is its scripted cost), no process-wide memory limit.
 	cfg.MaxItems, cfg.MaxItemBytes, cfg.MaxQueueBatches = 1<<20, 1<<24, 1<<20
+	if opts.MaxItems > 0 {
+		cfg.MaxItems = opts.MaxItems
+	}
 	cfg.PrefixCacheBytes, cfg.DrainTimeout, cfg.Calibrate, cfg.MemoryLimit = 0, 0, false, -1
 	if opts.Parallel {
 		cfg.MaxBatchTokens = math.MaxInt32

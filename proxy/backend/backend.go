@@ -15,6 +15,8 @@
 //     that a server-side template cannot carry;
 //   - codes.FailedPrecondition: a request over one of the server's limits (HTTP 413, documents per
 //     request, tokens per pair); a planning error to fix, not to retry; the message says the limit;
+//     a batch over the documents per request (a scorer node's max_items) carries it as a
+//     relevancev1.BatchTooLarge detail too (ItemLimit), so that the proxy cuts the batch to it;
 //   - codes.ResourceExhausted: the server shed the request (HTTP 429);
 //   - codes.Unavailable: the server could not be reached or answered 5xx / 503;
 //   - codes.DeadlineExceeded: no answer within the call's deadline; codes.Canceled: the caller left;
@@ -43,6 +45,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 )
@@ -155,6 +160,34 @@ type Limits struct {
 	// MaxItemTokens is the most prompt tokens one (query, document) pair may have, template
 	// included (0: no limit). llama.cpp scores each pair in one physical batch (n_ubatch).
 	MaxItemTokens int
+}
+
+// ItemLimitError is a batch of items refused for the server's own limit of limit items per
+// request: FailedPrecondition (the server's configuration, not the caller's input) with message
+// msg and a relevancev1.BatchTooLarge detail saying the limit (ItemLimit).
+func ItemLimitError(msg string, items, limit int) error {
+	st := status.New(codes.FailedPrecondition, msg)
+	d := &relevancev1.BatchTooLarge{Items: uint32(max(0, items)), MaxBatchItems: uint32(max(0, limit))}
+	if ds, err := st.WithDetails(d); err == nil {
+		st = ds
+	}
+	return st.Err()
+}
+
+// ItemLimit is the limit on items per request that err says its batch was refused for: the
+// relevancev1.BatchTooLarge detail of ItemLimitError, or of a scorer node's own refusal (which
+// is INVALID_ARGUMENT); 0 when err is no such refusal.
+func ItemLimit(err error) int {
+	st, ok := status.FromError(err)
+	if !ok || err == nil {
+		return 0
+	}
+	for _, d := range st.Details() {
+		if b, isB := d.(*relevancev1.BatchTooLarge); isB && b.GetMaxBatchItems() > 0 {
+			return int(b.GetMaxBatchItems())
+		}
+	}
+	return 0
 }
 
 // Spec configures one node. The zero value is invalid (Kind and Addr are required); zero

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"slices"
@@ -105,6 +106,9 @@ type Node struct {
 	model       atomic.Pointer[string] // the model name of the node's last reply
 	fingerprint atomic.Pointer[string] // the model fingerprint of the node's last reply
 	maxPrompt   atomic.Int64           // the prompt limit of the node's last reply (0: unknown)
+	// maxItems is our scorer node's own limit on items per batch (its max_items), as its last
+	// reply or refusal said (0: unknown); Limits holds the batches to it.
+	maxItems atomic.Int64
 
 	prefixes  prefixMemory // prefix keys believed cached on the node (prefixes.go)
 	cacheSeen atomic.Bool  // the node has reused a cached prefix at least once
@@ -430,6 +434,9 @@ func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 	if m := resp.GetMaxPromptTokens(); m > 0 {
 		n.maxPrompt.Store(int64(m))
 	}
+	if m := resp.GetMaxBatchItems(); m > 0 {
+		n.maxItems.Store(int64(m))
+	}
 	n.seed(resp.GetLoad().GetCostModel())
 	st := resp.GetStats()
 	if st == nil || !(st.GetComputeSeconds() > 0) || st.GetComputeSeconds() > maxComputeSeconds {
@@ -744,10 +751,20 @@ func MeanCoeffs(nodes []*Node) costmodel.Coeffs {
 // Kind is the node's kind (backend.KindScorer for ours).
 func (n *Node) Kind() string { return n.kind }
 
-// Limits are the node's per-request limits (zero: none).
-func (n *Node) Limits() backend.Limits { return n.limits }
+// Limits are the node's per-request limits (zero: none): the configured ones, and for our
+// scorer the item limit the node itself reported (its max_items) where that is lower.
+func (n *Node) Limits() backend.Limits {
+	l := n.limits
+	if m := int(n.maxItems.Load()); m > 0 && (l.MaxItems <= 0 || m < l.MaxItems) {
+		l.MaxItems = m
+	}
+	return l
+}
 
-// ScoreBatch runs one batch on the node, in the node's own wire format.
+// ScoreBatch runs one batch on the node, in the node's own wire format. Our scorer node's
+// refusal of a batch over its max_items (INVALID_ARGUMENT with a BatchTooLarge) is learned as
+// the node's item limit and returned as backend.ItemLimitError, as other kinds say it: a limit
+// of the node's that the proxy's batch met, never the client's bad input.
 func (n *Node) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchRequest) (*relevancev1.ScoreBatchResponse, error) {
 	if n.be != nil {
 		return n.be.ScoreBatch(ctx, req)
@@ -757,7 +774,16 @@ func (n *Node) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchReques
 		ctx, cancel = context.WithTimeout(ctx, n.callTimeout)
 		defer cancel()
 	}
-	return n.client.ScoreBatch(ctx, req)
+	resp, err := n.client.ScoreBatch(ctx, req)
+	if k := backend.ItemLimit(err); k > 0 {
+		items := len(req.GetItems())
+		if old := n.maxItems.Swap(int64(k)); old != int64(k) && n.log != nil {
+			n.log.Warn("scorer node refused a batch over its max_items: batches to it are cut to its limit (set the proxy's split.max_batch_items to at most the nodes' max_items)",
+				"node", n.addr, "items", items, "max_items", k)
+		}
+		return nil, backend.ItemLimitError(fmt.Sprintf("node %s: a batch of %d items is over the node's limit of %d items per batch (its max_items)", n.addr, items, k), items, k)
+	}
+	return resp, err
 }
 
 // ObserveLatency learns from a batch of features f that took seconds end to end, for a node that

@@ -6,10 +6,11 @@
 //   - A batch goes to its plan's lease (package plan); a batch the plan could not place, a retry
 //     and a hedge are placed by the same plan.Placer, excluding the nodes already tried.
 //   - Retry: a failed batch is re-sent once to another node when the failure is retryable (not the
-//     caller's cancellation, not INVALID_ARGUMENT), the deadline leaves at least the batch's
-//     predicted time, and the retry budget has a token. The budget is a token bucket filled by
-//     BudgetRatio per batch up to BudgetBurst; a retry or hedge takes a whole token, so retries
-//     stay under about BudgetRatio of traffic and a failing cluster cannot double its own load.
+//     caller's cancellation, not INVALID_ARGUMENT, not a node's item limit: see Cut), the
+//     deadline leaves at least the batch's predicted time, and the retry budget has a token. The
+//     budget is a token bucket filled by BudgetRatio per batch up to BudgetBurst; a retry or
+//     hedge takes a whole token, so retries stay under about BudgetRatio of traffic and a failing
+//     cluster cannot double its own load.
 //   - Hedge: when enabled and MinSamples batches have been seen, a batch still running after
 //     q·expected (q the configured quantile of recent latency ÷ expected-finish ratios, at least
 //     MinDelay) is sent to a second node too, if the placer's pick has less work ahead than the
@@ -49,6 +50,14 @@
 //     slow, looked idle after each cancelled call and kept getting a batch of every request, until
 //     a burst left no time to rescue them (fault suite, slow10). The cost is bounded: at most
 //     SlowFactor × the batch's projected finish of that node's time.
+//   - Cut: a batch a node refused whole for its own limit on items per request (backend.ItemLimit:
+//     a scorer node's max_items below split.max_batch_items, which the plan did not know yet) is
+//     cut to that limit (plan.Batch.Cut) and its pieces are sent as batches of their own, each
+//     placed, retried and hedged as above, without a budget token (the refusal cost the node
+//     nothing and the pieces are the same work); their replies are joined into the batch's. The
+//     node's refusal is never the caller's INVALID_ARGUMENT: if the batch cannot be cut (the
+//     request has ended), it fails FAILED_PRECONDITION naming the limit, which the request
+//     answers as UNAVAILABLE.
 //   - In fail-fast mode the first batch that fails for good cancels the others.
 //   - Probe: a node back from an outlier ejection (package cluster: probation) gets a copy of the
 //     request's smallest batch (at most the items the node takes per request), sent beside the
@@ -179,7 +188,7 @@ func (d *Dispatcher) Run(ctx context.Context, p *plan.Plan, failFast bool) (resu
 		first := b.Lease
 		b.Lease = nil // the dispatcher owns it now
 		wg.Go(func() {
-			r := d.runBatch(bctx, b, first)
+			r := d.runBatch(bctx, b, first, p.ItemTokens)
 			results[bi] = r
 			if r.Err != nil && failFast {
 				failOnce.Do(func() { firstErr = r.Err; stop() })
@@ -242,13 +251,14 @@ func (d *Dispatcher) probe(ctx context.Context, p *plan.Plan) {
 }
 
 // runBatch sends one batch (first to the node leased at planning time, when there is one),
-// retrying once on another node under the retry budget.
-func (d *Dispatcher) runBatch(ctx context.Context, b *plan.Batch, first *plan.Lease) Result {
+// retrying once on another node under the retry budget, or cutting it to the item limit of a
+// node that refused it whole (itemTokens: the plan's, to price the pieces).
+func (d *Dispatcher) runBatch(ctx context.Context, b *plan.Batch, first *plan.Lease, itemTokens []int) Result {
 	d.budget.deposit()
 	var tried []*cluster.Node
 	var res Result
 	for attempt := range 2 {
-		if attempt == 1 && (d.cfg.RetryDisabled || !retryable(ctx, res.Err)) {
+		if attempt == 1 && (d.cfg.RetryDisabled || !retryable(ctx, res.Err) || backend.ItemLimit(res.Err) > 0) {
 			break
 		}
 		l := first
@@ -282,8 +292,82 @@ func (d *Dispatcher) runBatch(ctx context.Context, b *plan.Batch, first *plan.Le
 			break
 		}
 	}
+	if k := backend.ItemLimit(res.Err); k > 0 && k < len(b.Items) && ctx.Err() == nil {
+		return d.cut(ctx, b, k, itemTokens, res)
+	}
 	res.Err = requestFields(res.Err, b.Items)
 	return res
+}
+
+// cut runs b as pieces of at most k items, after a node refused it whole for its own limit of k
+// items per request (refused: that outcome), and joins the pieces' outcomes into b's. A piece
+// refused again (by a node of a smaller limit) is cut again, so it ends: pieces only shrink.
+func (d *Dispatcher) cut(ctx context.Context, b *plan.Batch, k int, itemTokens []int, refused Result) Result {
+	pieces := b.Cut(k, itemTokens)
+	rs := make([]Result, len(pieces))
+	var wg sync.WaitGroup
+	for i, pc := range pieces {
+		wg.Go(func() { rs[i] = d.runBatch(ctx, pc, nil, itemTokens) })
+	}
+	wg.Wait()
+	out := Result{Retries: refused.Retries, Hedges: refused.Hedges, Slow: refused.Slow}
+	parts := make([]*relevancev1.ScoreBatchResponse, len(rs))
+	for i, r := range rs {
+		out.Retries += r.Retries
+		out.Hedges += r.Hedges
+		out.Slow = out.Slow || r.Slow
+		if r.Err != nil && out.Err == nil {
+			out.Err = r.Err // already naming the request's items (requestFields)
+		}
+		parts[i] = r.Resp
+	}
+	if out.Err == nil {
+		out.Resp, out.Err = joinReplies(parts)
+	}
+	return out
+}
+
+// joinReplies is the reply of a batch cut into pieces (cut), from the pieces' replies in item
+// order: their scores indexed in the batch, usage summed, the largest queue and compute time of a
+// piece (what merge reads of a batch), and the model and fingerprint they share (none when a
+// piece came without one, so that none of the batch's scores is cached as the served model's).
+// Each piece's reply was learned from when it came. Pieces answered by nodes of two fingerprints
+// (a rolling update, with the request not pinned to one) must not be mixed: UNAVAILABLE, as the
+// request's own batches would be (proxy.oneModel).
+func joinReplies(parts []*relevancev1.ScoreBatchResponse) (*relevancev1.ScoreBatchResponse, error) {
+	out := &relevancev1.ScoreBatchResponse{Usage: &relevancev1.Usage{}, Stats: &relevancev1.BatchStats{}}
+	anonymous := false
+	for _, p := range parts {
+		for _, s := range p.GetScores() {
+			s.Index = uint32(len(out.Scores))
+			out.Scores = append(out.Scores, s)
+		}
+		if u := p.GetUsage(); u != nil {
+			out.Usage.PromptTokens += u.GetPromptTokens()
+			out.Usage.PrefixTokens += u.GetPrefixTokens()
+			out.Usage.PrefixTokensReused += u.GetPrefixTokensReused()
+			out.Usage.ItemTokens += u.GetItemTokens()
+			out.Usage.TokensTruncated += u.GetTokensTruncated()
+			out.Usage.CachedItems += u.GetCachedItems()
+		}
+		out.Stats.QueueSeconds = max(out.Stats.QueueSeconds, p.GetStats().GetQueueSeconds())
+		out.Stats.ComputeSeconds = max(out.Stats.ComputeSeconds, p.GetStats().GetComputeSeconds())
+		if out.Model == "" {
+			out.Model = p.GetModel()
+		}
+		switch fp := p.GetModelFingerprint(); {
+		case fp == "":
+			anonymous = true
+		case out.ModelFingerprint == "":
+			out.ModelFingerprint = fp
+		case fp != out.ModelFingerprint:
+			return nil, status.Errorf(codes.Unavailable, "the model changed while the batch was served (fingerprints %s and %s); retry", out.ModelFingerprint, fp)
+		}
+	}
+	if anonymous {
+		out.ModelFingerprint = ""
+	}
+	return out, nil
 }
 
 // requestFields rewrites a node's INVALID_ARGUMENT about one of the batch's items ("items[2].text",

@@ -204,3 +204,39 @@ func TestOversizedMessageIsNoShed(t *testing.T) {
 		t.Error("a full queue not taken for a shed")
 	}
 }
+
+// TestJoinRepliesOfACutBatch: the pieces of a batch cut to a node's item limit answer as the
+// batch would: scores indexed in the batch in order, usage summed, the model they share; pieces
+// of two models are not mixed.
+func TestJoinRepliesOfACutBatch(t *testing.T) {
+	piece := func(fp string, scores ...float32) *relevancev1.ScoreBatchResponse {
+		r := &relevancev1.ScoreBatchResponse{Model: "m", ModelFingerprint: fp, Usage: &relevancev1.Usage{PromptTokens: 10, ItemTokens: 4},
+			Stats: &relevancev1.BatchStats{ComputeSeconds: float64(len(scores))}}
+		for j, s := range scores {
+			r.Scores = append(r.Scores, &relevancev1.ItemScore{Index: uint32(j), Score: s})
+		}
+		return r
+	}
+	got, err := joinReplies([]*relevancev1.ScoreBatchResponse{piece("f", 0.1, 0.2), piece("f", 0.3), piece("f", 0.4, 0.5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkReply(got, 5); err != nil {
+		t.Fatal(err)
+	}
+	for j, s := range got.GetScores() {
+		if want := float32(j+1) / 10; s.GetScore() != want {
+			t.Errorf("scores[%d] = %v, want %v", j, s.GetScore(), want)
+		}
+	}
+	if got.GetUsage().GetPromptTokens() != 30 || got.GetUsage().GetItemTokens() != 12 || got.GetModel() != "m" ||
+		got.GetModelFingerprint() != "f" || got.GetStats().GetComputeSeconds() != 2 {
+		t.Errorf("joined reply %v", got)
+	}
+	if _, err := joinReplies([]*relevancev1.ScoreBatchResponse{piece("f", 0.1), piece("g", 0.2)}); status.Code(err) != codes.Unavailable {
+		t.Errorf("pieces of two models joined: err %v, want Unavailable", err)
+	}
+	if got, _ := joinReplies([]*relevancev1.ScoreBatchResponse{piece("f", 0.1), piece("", 0.2)}); got.GetModelFingerprint() != "" {
+		t.Errorf("a piece without a fingerprint joined under %q", got.GetModelFingerprint())
+	}
+}

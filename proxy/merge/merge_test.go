@@ -154,6 +154,7 @@ func TestRequestError(t *testing.T) {
 		{"caller deadline", expired, other, codes.DeadlineExceeded},
 		{"node deadline", context.Background(), status.Error(codes.DeadlineExceeded, "x"), codes.DeadlineExceeded},
 		{"bad input passes through", context.Background(), status.Error(codes.InvalidArgument, "x"), codes.InvalidArgument},
+		{"a node's own limit is the server's, not the caller's", context.Background(), status.Error(codes.FailedPrecondition, "node x: over its limit of 4 items"), codes.Unavailable},
 		{"anything else", context.Background(), status.Error(codes.Internal, "x"), codes.Unavailable},
 	}
 	for _, tt := range tests {

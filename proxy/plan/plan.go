@@ -234,18 +234,40 @@ func (b *Batch) Head(k int, itemTokens []int) *Batch {
 	if k <= 0 || k >= len(b.Items) {
 		return b
 	}
+	return b.slice(0, k, itemTokens)
+}
+
+// Cut is b cut into the fewest pieces of at most k items, of near-equal size, in item order (b
+// alone when it holds no more): what is sent instead of a batch that a node refused whole for
+// its own limit of k items per request (backend.ItemLimit), which the planning did not know.
+// itemTokens price the pieces, as Head's; like a head, a piece learns no token counts.
+func (b *Batch) Cut(k int, itemTokens []int) []*Batch {
+	n := len(b.Items)
+	if k <= 0 || k >= n {
+		return []*Batch{b}
+	}
+	m := (n-1)/k + 1 // ceil(n/k): each piece of n/m rounded is at most k
+	out := make([]*Batch, m)
+	for p := range m {
+		out[p] = b.slice(p*n/m, (p+1)*n/m, itemTokens)
+	}
+	return out
+}
+
+// slice is a copy of b holding its items from through to-1.
+func (b *Batch) slice(from, to int, itemTokens []int) *Batch {
 	req := &relevancev1.ScoreBatchRequest{}
 	dst := req.ProtoReflect()
 	b.Req.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		dst.Set(fd, v) // shallow: the items are shared, never written
 		return true
 	})
-	req.Items = b.Req.GetItems()[:k:k]
-	toks := make([]int, k)
-	for j, i := range b.Items[:k] {
+	req.Items = b.Req.GetItems()[from:to:to]
+	toks := make([]int, to-from)
+	for j, i := range b.Items[from:to] {
 		toks[j] = itemTokens[i]
 	}
-	return &Batch{Index: b.Index, Items: b.Items[:k:k], Req: req, PrefixTokens: b.PrefixTokens, PrefixKey: b.PrefixKey,
+	return &Batch{Index: b.Index, Items: b.Items[from:to:to], Req: req, PrefixTokens: b.PrefixTokens, PrefixKey: b.PrefixKey,
 		TemplateTokens: b.TemplateTokens, Fingerprint: b.Fingerprint, Features: costmodel.BatchFeatures(b.PrefixTokens, toks, false)}
 }
 

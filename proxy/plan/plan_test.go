@@ -328,3 +328,48 @@ func TestLongItemsArePricedAsTheNodesCutThem(t *testing.T) {
 		t.Errorf("no node has reported: item planned at %d tokens, want %d (the scorer's default limit less the prefix)", got, want)
 	}
 }
+
+// TestCutKeepsEveryItemOnceInOrder: a batch refused whole for a node's item limit is cut into
+// the fewest pieces the limit allows, of near-equal size (10 at 4: 3, 3, 4 rather than 4, 4, 2,
+// whose longest piece would set the batch's finish), every item once and in order, each piece
+// carrying its own items and priced at them.
+func TestCutKeepsEveryItemOnceInOrder(t *testing.T) {
+	toks := make([]int, 12)
+	for i := range toks {
+		toks[i] = 10 + i
+	}
+	items := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 11}
+	req := &relevancev1.ScoreBatchRequest{RequestId: "r", BatchIndex: 3, Query: "q"}
+	for _, i := range items {
+		req.Items = append(req.Items, &relevancev1.Item{Id: fmt.Sprint(i)})
+	}
+	b := &Batch{Index: 3, Items: items, Req: req, PrefixTokens: 20}
+	pieces := b.Cut(4, toks)
+	var sizes, got []int
+	for _, p := range pieces {
+		sizes = append(sizes, len(p.Items))
+		bt := []int{}
+		for j, i := range p.Items {
+			got = append(got, i)
+			bt = append(bt, toks[i])
+			if p.Req.GetItems()[j].GetId() != fmt.Sprint(i) {
+				t.Errorf("piece's item %d is %q, want %d", j, p.Req.GetItems()[j].GetId(), i)
+			}
+		}
+		if p.Index != 3 || p.Req.GetBatchIndex() != 3 || p.Req.GetRequestId() != "r" || p.Req.GetQuery() != "q" {
+			t.Errorf("piece lost the batch's identity: index %d, request %+v", p.Index, p.Req)
+		}
+		if p.Features != costmodel.BatchFeatures(20, bt, false) {
+			t.Errorf("piece priced at %+v, want its own items'", p.Features)
+		}
+	}
+	if fmt.Sprint(sizes) != "[3 3 4]" || fmt.Sprint(got) != fmt.Sprint(items) {
+		t.Errorf("cut at 4: sizes %v, items %v; want [3 3 4] and %v", sizes, got, items)
+	}
+	if len(req.Items) != 10 {
+		t.Errorf("the batch's own request changed: %d items", len(req.Items))
+	}
+	if p := b.Cut(10, toks); len(p) != 1 || p[0] != b {
+		t.Errorf("a batch within the limit is cut into %d pieces", len(p))
+	}
+}

@@ -610,7 +610,16 @@ func (s *service) ScoreBatch(ctx context.Context, req *pb.ScoreBatchRequest) (*p
 	info := eng.Info()
 	if err := validate(req, &n.cfg); err != nil {
 		n.m.errors.WithLabelValues(reasonInvalid).Inc()
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		st := status.New(codes.InvalidArgument, err.Error())
+		if errors.Is(err, errTooManyItems) {
+			// Too large for this node's configuration, not wrong: the detail says the limit, so
+			// that the caller that cut the batch (the proxy) cuts it smaller rather than pass the
+			// refusal on to its client as bad input.
+			if d, derr := st.WithDetails(&pb.BatchTooLarge{Items: uint32(len(req.Items)), MaxBatchItems: uint32(n.cfg.MaxItems)}); derr == nil {
+				st = d
+			}
+		}
+		return nil, st.Err()
 	}
 	// Refuse before tokenizing when the queue is already full: under overload, tokenizing
 	// batches that will be turned away takes the cores from the forward pass.
@@ -721,6 +730,8 @@ func (n *Node) reply(req *pb.ScoreBatchRequest, g *scorer.Group, r passResult, i
 		ModelFingerprint: info.Fingerprint,
 		// The proxy caps its cost estimates of long items at what this node computes of them.
 		MaxPromptTokens: uint32(max(0, min(info.MaxTokens, math.MaxUint32))),
+		// The proxy cuts its batches to it (a larger one is refused).
+		MaxBatchItems: uint32(min(n.cfg.MaxItems, math.MaxUint32)),
 	}
 	scored := 0
 	for i, it := range req.Items {
@@ -781,11 +792,15 @@ func (n *Node) reply(req *pb.ScoreBatchRequest, g *scorer.Group, r passResult, i
 	return resp
 }
 
-// validate checks a request against the node's limits; the error names the problem.
 // maxQueuedAhead bounds the work a caller may say is ahead of its batch, in seconds: far beyond
 // any deadline, it only keeps the queue position a representable time.
 const maxQueuedAhead = 3600.0
 
+// errTooManyItems is validate's error for a batch over max_items: the node's limit rather than
+// anything wrong with the batch (ScoreBatch attaches a BatchTooLarge).
+var errTooManyItems = errors.New("too many items")
+
+// validate checks a request against the node's limits; the error names the problem.
 func validate(req *pb.ScoreBatchRequest, cfg *Config) error {
 	switch {
 	case req.Query == "":
@@ -797,7 +812,7 @@ func validate(req *pb.ScoreBatchRequest, cfg *Config) error {
 	case len(req.Items) == 0:
 		return errors.New("no items: a batch needs at least one")
 	case len(req.Items) > cfg.MaxItems:
-		return fmt.Errorf("too many items: %d, the limit is %d (max_items)", len(req.Items), cfg.MaxItems)
+		return fmt.Errorf("%w: %d, the limit is %d (max_items)", errTooManyItems, len(req.Items), cfg.MaxItems)
 	case !(req.QueuedAheadSeconds >= 0) || math.IsInf(req.QueuedAheadSeconds, 1):
 		return fmt.Errorf("queued_ahead_seconds is %v: it must be finite and >= 0", req.QueuedAheadSeconds)
 	}

@@ -412,6 +412,38 @@ func TestValidation(t *testing.T) {
 	}
 }
 
+// TestNodeReportsItsItemLimit: every reply carries the node's max_items, and a batch over it is
+// refused with a BatchTooLarge saying the limit, so that a proxy whose batches are larger cuts
+// them to it; it was a bare INVALID_ARGUMENT, which the proxy passed on to its client as bad
+// input.
+func TestNodeReportsItsItemLimit(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxItems = 3
+	h := start(t, cfg, loadEngine(newFake()), true)
+	resp, err := h.client.ScoreBatch(ctxT(t), batch("q", "a", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetMaxBatchItems(); got != 3 {
+		t.Errorf("reply's max_batch_items = %d, want 3", got)
+	}
+	_, err = h.client.ScoreBatch(ctxT(t), batch("q", "a", "b", "c", "d"))
+	var detail *pb.BatchTooLarge
+	for _, d := range status.Convert(err).Details() {
+		if b, ok := d.(*pb.BatchTooLarge); ok {
+			detail = b
+		}
+	}
+	if status.Code(err) != codes.InvalidArgument || detail.GetItems() != 4 || detail.GetMaxBatchItems() != 3 {
+		t.Errorf("over the limit: err = %v, detail %v; want InvalidArgument with BatchTooLarge{items 4, max_batch_items 3}", err, detail)
+	}
+	// Other refusals are the batch's own fault: no such detail.
+	_, err = h.client.ScoreBatch(ctxT(t), batch("", "a"))
+	if len(status.Convert(err).Details()) != 0 {
+		t.Errorf("empty query: details %v, want none", status.Convert(err).Details())
+	}
+}
+
 // hold starts a node whose engine holds every pass until released, and occupies the worker
 // with one call; it returns that call's result channel.
 func hold(t *testing.T, cfg Config, f *fakeEngine) (*harness, <-chan callResult) {

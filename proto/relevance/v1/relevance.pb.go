@@ -1195,8 +1195,11 @@ type ScoreBatchResponse struct {
 	// to fit (TRUNCATION_END) or refused (TRUNCATION_NONE). The proxy caps its cost estimate of an
 	// item at what the node will compute of it. 0: unknown.
 	MaxPromptTokens uint32 `protobuf:"varint,9,opt,name=max_prompt_tokens,json=maxPromptTokens,proto3" json:"max_prompt_tokens,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The most items one ScoreBatch may hold on this node (its max_items): a larger batch is
+	// refused (see BatchTooLarge). The proxy cuts its batches to it. 0: unknown.
+	MaxBatchItems uint32 `protobuf:"varint,10,opt,name=max_batch_items,json=maxBatchItems,proto3" json:"max_batch_items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScoreBatchResponse) Reset() {
@@ -1288,6 +1291,71 @@ func (x *ScoreBatchResponse) GetModelFingerprint() string {
 func (x *ScoreBatchResponse) GetMaxPromptTokens() uint32 {
 	if x != nil {
 		return x.MaxPromptTokens
+	}
+	return 0
+}
+
+func (x *ScoreBatchResponse) GetMaxBatchItems() uint32 {
+	if x != nil {
+		return x.MaxBatchItems
+	}
+	return 0
+}
+
+// BatchTooLarge is the status detail of a node's refusal of a batch over its own limit on items
+// per batch. The batch is not wrong but too large for this node's configuration: a caller that
+// chose the batch (the proxy) cuts it to max_batch_items and sends the pieces, rather than blame
+// the items on whoever sent them.
+type BatchTooLarge struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Items in the refused batch.
+	Items uint32 `protobuf:"varint,1,opt,name=items,proto3" json:"items,omitempty"`
+	// The node's limit (its max_items).
+	MaxBatchItems uint32 `protobuf:"varint,2,opt,name=max_batch_items,json=maxBatchItems,proto3" json:"max_batch_items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchTooLarge) Reset() {
+	*x = BatchTooLarge{}
+	mi := &file_relevance_v1_relevance_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchTooLarge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchTooLarge) ProtoMessage() {}
+
+func (x *BatchTooLarge) ProtoReflect() protoreflect.Message {
+	mi := &file_relevance_v1_relevance_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchTooLarge.ProtoReflect.Descriptor instead.
+func (*BatchTooLarge) Descriptor() ([]byte, []int) {
+	return file_relevance_v1_relevance_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *BatchTooLarge) GetItems() uint32 {
+	if x != nil {
+		return x.Items
+	}
+	return 0
+}
+
+func (x *BatchTooLarge) GetMaxBatchItems() uint32 {
+	if x != nil {
+		return x.MaxBatchItems
 	}
 	return 0
 }
@@ -1389,7 +1457,7 @@ const file_relevance_v1_relevance_proto_rawDesc = "" +
 	"\x0emerged_batches\x18\x06 \x01(\rR\rmergedBatches\x12%\n" +
 	"\x0eforward_tokens\x18\a \x01(\x04R\rforwardTokens\x12'\n" +
 	"\x0fforward_seconds\x18\b \x01(\x01R\x0eforwardSeconds\x12.\n" +
-	"\x13merge_delay_seconds\x18\t \x01(\x01R\x11mergeDelaySeconds\"\xf0\x02\n" +
+	"\x13merge_delay_seconds\x18\t \x01(\x01R\x11mergeDelaySeconds\"\x98\x03\n" +
 	"\x12ScoreBatchResponse\x12/\n" +
 	"\x06scores\x18\x01 \x03(\v2\x17.relevance.v1.ItemScoreR\x06scores\x12)\n" +
 	"\x05usage\x18\x02 \x01(\v2\x13.relevance.v1.UsageR\x05usage\x12*\n" +
@@ -1399,7 +1467,12 @@ const file_relevance_v1_relevance_proto_rawDesc = "" +
 	"\anode_id\x18\x06 \x01(\tR\x06nodeId\x12\x1a\n" +
 	"\bemulated\x18\a \x01(\bR\bemulated\x12+\n" +
 	"\x11model_fingerprint\x18\b \x01(\tR\x10modelFingerprint\x12*\n" +
-	"\x11max_prompt_tokens\x18\t \x01(\rR\x0fmaxPromptTokens*Q\n" +
+	"\x11max_prompt_tokens\x18\t \x01(\rR\x0fmaxPromptTokens\x12&\n" +
+	"\x0fmax_batch_items\x18\n" +
+	" \x01(\rR\rmaxBatchItems\"M\n" +
+	"\rBatchTooLarge\x12\x14\n" +
+	"\x05items\x18\x01 \x01(\rR\x05items\x12&\n" +
+	"\x0fmax_batch_items\x18\x02 \x01(\rR\rmaxBatchItems*Q\n" +
 	"\n" +
 	"Truncation\x12\x1a\n" +
 	"\x16TRUNCATION_UNSPECIFIED\x10\x00\x12\x12\n" +
@@ -1431,7 +1504,7 @@ func file_relevance_v1_relevance_proto_rawDescGZIP() []byte {
 }
 
 var file_relevance_v1_relevance_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_relevance_v1_relevance_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_relevance_v1_relevance_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_relevance_v1_relevance_proto_goTypes = []any{
 	(Truncation)(0),            // 0: relevance.v1.Truncation
 	(ItemStatus)(0),            // 1: relevance.v1.ItemStatus
@@ -1447,6 +1520,7 @@ var file_relevance_v1_relevance_proto_goTypes = []any{
 	(*CostModel)(nil),          // 11: relevance.v1.CostModel
 	(*BatchStats)(nil),         // 12: relevance.v1.BatchStats
 	(*ScoreBatchResponse)(nil), // 13: relevance.v1.ScoreBatchResponse
+	(*BatchTooLarge)(nil),      // 14: relevance.v1.BatchTooLarge
 }
 var file_relevance_v1_relevance_proto_depIdxs = []int32{
 	0,  // 0: relevance.v1.ScoreOptions.truncation:type_name -> relevance.v1.Truncation
@@ -1485,7 +1559,7 @@ func file_relevance_v1_relevance_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relevance_v1_relevance_proto_rawDesc), len(file_relevance_v1_relevance_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -152,7 +152,9 @@ const (
 //
 // Scorer is served by every scorer node (one per device).
 type ScorerClient interface {
-	// ScoreBatch scores one batch of items against one query on this node.
+	// ScoreBatch scores one batch of items against one query on this node. A batch of more items
+	// than the node takes (its max_items, which every reply reports as max_batch_items) is refused
+	// INVALID_ARGUMENT with a BatchTooLarge in the status details.
 	ScoreBatch(ctx context.Context, in *ScoreBatchRequest, opts ...grpc.CallOption) (*ScoreBatchResponse, error)
 }
 
@@ -180,7 +182,9 @@ func (c *scorerClient) ScoreBatch(ctx context.Context, in *ScoreBatchRequest, op
 //
 // Scorer is served by every scorer node (one per device).
 type ScorerServer interface {
-	// ScoreBatch scores one batch of items against one query on this node.
+	// ScoreBatch scores one batch of items against one query on this node. A batch of more items
+	// than the node takes (its max_items, which every reply reports as max_batch_items) is refused
+	// INVALID_ARGUMENT with a BatchTooLarge in the status details.
 	ScoreBatch(context.Context, *ScoreBatchRequest) (*ScoreBatchResponse, error)
 	mustEmbedUnimplementedScorerServer()
 }

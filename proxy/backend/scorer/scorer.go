@@ -5,7 +5,9 @@
 // "server"; "proxy" is refused) and replies with scores, token counts, BatchStats and NodeLoad,
 // which pass through untouched. The adapter checks that the reply has one score per item and
 // that every index appears once, and returns the scores in item order. Status errors keep their
-// code, with the node's name put before the message. No limits by default.
+// code, with the node's name put before the message, but for the node's refusal of a batch over
+// its max_items (INVALID_ARGUMENT with a BatchTooLarge), which is backend.ItemLimitError's
+// FailedPrecondition: the node's limit, not the caller's input. No limits by default.
 package scorer
 
 import (
@@ -104,6 +106,9 @@ func (b *Backend) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchReq
 	resp, err := b.client.ScoreBatch(ctx, req)
 	if err != nil {
 		s := status.Convert(err)
+		if k := backend.ItemLimit(err); k > 0 {
+			return nil, backend.ItemLimitError(fmt.Sprintf("node %s: %s", b.node, s.Message()), n, k)
+		}
 		return nil, wire.Errorf(b.node, s.Code(), "%s", s.Message())
 	}
 	scores, err := inItemOrder(resp.GetScores(), n)

@@ -61,6 +61,27 @@ func TestScoreBatch(t *testing.T) {
 	}
 }
 
+// TestNodesItemLimitIsItsOwnNotTheCallers: a node's refusal of a batch over its max_items
+// (INVALID_ARGUMENT with a BatchTooLarge) is the node's limit, as every kind says it:
+// FailedPrecondition with the limit (backend.ItemLimit), naming the node.
+func TestNodesItemLimitIsItsOwnNotTheCallers(t *testing.T) {
+	n, err := fakenode.Start(fakenode.Options{MaxItems: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	b, err := scorer.New(backend.Spec{Addr: n.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	_, err = b.ScoreBatch(ctx(t, 5*time.Second), conformance.Request(3))
+	if s := status.Convert(err); s.Code() != codes.FailedPrecondition || backend.ItemLimit(err) != 2 ||
+		!strings.HasPrefix(s.Message(), "node scorer@"+n.Addr()+": too many items: 3, the limit is 2") {
+		t.Errorf("error = %v (limit %d), want FailedPrecondition with the limit 2", err, backend.ItemLimit(err))
+	}
+}
+
 func TestErrorsKeepTheirCodeAndNameTheNode(t *testing.T) {
 	n, b := start(t, backend.Spec{})
 	n.FailNext(1, codes.ResourceExhausted)

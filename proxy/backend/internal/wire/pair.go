@@ -64,7 +64,7 @@ func InstructionOrDefault(req *relevancev1.ScoreBatchRequest) string {
 // CheckItems refuses a batch over the node's configured document limit before it is sent.
 func CheckItems(node string, n int, limits backend.Limits) error {
 	if limits.MaxItems > 0 && n > limits.MaxItems {
-		return Errorf(node, codes.FailedPrecondition, "request over the server's limit: %d documents, the limit is %d per request", n, limits.MaxItems)
+		return backend.ItemLimitError(fmt.Sprintf("node %s: request over the server's limit: %d documents, the limit is %d per request", node, n, limits.MaxItems), n, limits.MaxItems)
 	}
 	return nil
 }
