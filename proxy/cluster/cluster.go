@@ -379,9 +379,14 @@ type NodeStatus struct {
 	Fingerprint string `json:"model_fingerprint,omitempty"`
 	// Emulated: the node's replies say it runs the emulated engine (no model; timings from a
 	// cost profile). bench load labels its results EMULATED from it.
-	Emulated bool  `json:"emulated,omitempty"`
-	Batches  int64 `json:"batches"`
-	Errors   int64 `json:"errors"`
+	Emulated bool `json:"emulated,omitempty"`
+	// MaxItems is the most items the proxy puts in one batch to the node: the configured limit
+	// or the one the node reported (a scorer node's max_items), whichever is lower (0: none).
+	// MaxPromptTokens is the prompt limit the node last reported (0: unknown).
+	MaxItems        int   `json:"max_items,omitempty"`
+	MaxPromptTokens int64 `json:"max_prompt_tokens,omitempty"`
+	Batches         int64 `json:"batches"`
+	Errors          int64 `json:"errors"`
 	// Slow counts slow outcomes (outlier detection); Ejected whether the node is ejected now,
 	// EjectedSeconds for how much longer, Ejections how many times it was, LastEjectedAt when
 	// the last time began (zero: never; a poller learns when, not only that).
@@ -428,6 +433,8 @@ func (c *Cluster) Status() []NodeStatus {
 			Model:               deref(n.model.Load()),
 			Fingerprint:         n.Fingerprint(),
 			Emulated:            n.emulated.Load(),
+			MaxItems:            n.Limits().MaxItems,
+			MaxPromptTokens:     n.maxPrompt.Load(),
 			Batches:             n.batches.Load(),
 			Errors:              n.errors.Load(),
 			Slow:                n.slowTotal.Load(),

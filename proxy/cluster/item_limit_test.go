@@ -59,6 +59,10 @@ func TestScorerNodeItemLimitIsLearned(t *testing.T) {
 			if got := n.Limits().MaxItems; got != 4 {
 				t.Errorf("learned max items %d, want 4", got)
 			}
+			// An operator sees what batches to the node are cut to in /v1/nodes.
+			if st := c.Status(); len(st) != 1 || st[0].MaxItems != 4 {
+				t.Errorf("/v1/nodes: %+v, want max_items 4", st)
+			}
 		})
 	}
 }
