@@ -640,11 +640,6 @@ func (e *env) startLoad(ctx context.Context, rec *recorder, share float64, d tim
 	if err != nil {
 		return nil, err
 	}
-	t, err := rec.target(e.target(grpc))
-	if err != nil {
-		return nil, err
-	}
-	lr := &loadRun{done: make(chan struct{})}
 	// A gRPC call carries its deadline to the proxy, which then budgets the request by it: give
 	// it the SLO, as a search backend would. An HTTP call carries none (the proxy applies its SLO)
 	// and the client waits up to Timeout, so that it sees the proxy's own answer.
@@ -652,6 +647,11 @@ func (e *env) startLoad(ctx context.Context, rec *recorder, share float64, d tim
 	if grpc {
 		timeout = e.o.SLO
 	}
+	t, err := rec.target(e.target(grpc), timeout)
+	if err != nil {
+		return nil, err
+	}
+	lr := &loadRun{done: make(chan struct{})}
 	cfg := load.Config{Target: t, Trace: tr, Rate: rate, Duration: d, Timeout: timeout, SLO: e.o.SLO, Seed: arrivals}
 	if rt, ok := t.(*recTarget); ok {
 		cfg.Overflow = rt.overflowed

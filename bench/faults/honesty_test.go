@@ -86,7 +86,7 @@ func TestOverflowedRequestsReachTheSummary(t *testing.T) {
 	defer srv.Close()
 	rec := &recorder{}
 	defer rec.close()
-	tg, err := rec.target(srv.URL + "/v1/rerank")
+	tg, err := rec.target(srv.URL+"/v1/rerank", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

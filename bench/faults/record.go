@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -37,10 +38,13 @@ type recorder struct {
 type recTarget struct {
 	load.Target
 	r *recorder
+	// budget, when set, is each call's deadline counted from its actual send (see Do).
+	budget time.Duration
 }
 
-// target opens a load target for raw (http://… or grpc://…) that records its calls.
-func (r *recorder) target(raw string) (load.Target, error) {
+// target opens a load target for raw (http://… or grpc://…) that records its calls; budget
+// (0: none of its own) bounds each call from its actual send.
+func (r *recorder) target(raw string, budget time.Duration) (load.Target, error) {
 	t, err := load.NewTarget(raw, 256)
 	if err != nil {
 		return nil, err
@@ -48,12 +52,17 @@ func (r *recorder) target(raw string) (load.Target, error) {
 	r.mu.Lock()
 	r.targets = append(r.targets, t)
 	r.mu.Unlock()
-	return &recTarget{Target: t, r: r}, nil
+	return &recTarget{Target: t, r: r, budget: budget}, nil
 }
 
 func (t *recTarget) Do(ctx context.Context, p load.Prepared) error {
 	t.r.inflight.Add(1)
 	start := time.Now()
+	if t.budget > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = sentBudget(ctx, start, t.budget)
+		defer cancel()
+	}
 	err := t.Target.Do(ctx, p)
 	t.r.inflight.Add(-1)
 	c := call{start: start, end: time.Now(), p: p, t: t.Target}
@@ -64,6 +73,21 @@ func (t *recTarget) Do(ctx context.Context, p load.Prepared) error {
 	t.r.calls = append(t.r.calls, c)
 	t.r.mu.Unlock()
 	return err
+}
+
+// sentBudget is parent with its deadline moved to sent + budget. load.Run gives each open-loop
+// call a deadline from its intended send time; the scenarios judge a call from its actual send
+// (call's doc), so its budget (the deadline a gRPC call carries to the proxy) counts from there
+// too: a late generator must not shorten what the cluster gets. The parent's cancellation (the
+// load stopped) still ends the call; its deadline does not.
+func sentBudget(parent context.Context, sent time.Time, budget time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(parent), sent.Add(budget))
+	stop := context.AfterFunc(parent, func() {
+		if !errors.Is(parent.Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
+	return ctx, func() { stop(); cancel() }
 }
 
 // overflowed records a request the load could not send (its in-flight cap was reached) as a

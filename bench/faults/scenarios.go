@@ -628,12 +628,7 @@ func runSigtermProxy(ctx context.Context, e *env, r *Result) error {
 		return fmt.Errorf("SIGTERM proxy: %w", err)
 	}
 	e.logf("SIGTERM proxy (pid %d) with %d requests in flight", p.Pid(), inflightNow)
-	var tExit time.Time
-	select {
-	case <-p.Done():
-		tExit = time.Now()
-	case <-time.After(30 * time.Second):
-	}
+	tExit := proxyExit(p, 30*time.Second, 10*time.Second)
 	// Nothing serves now: stop the load (the calls still waiting are after the signal).
 	sleep(ctx, 200*time.Millisecond)
 	stopLoad()
@@ -688,4 +683,18 @@ func runSigtermProxy(ctx context.Context, e *env, r *Result) error {
 	}
 	r.add("proxy_restart_s", time.Since(tRestart).Seconds(), "s")
 	return nil
+}
+
+// proxyExit waits up to limit for p, signalled, to exit, and returns when it did (zero: it did
+// not). A proxy still running then is stopped (SIGTERM again, SIGKILL after grace) before the
+// scenario restarts one: left running, it keeps the ports the new proxy needs (every later
+// scenario would fail on "restart proxy"), and once e.proxy names the new one nothing stops it.
+func proxyExit(p *cluster.Proc, limit, grace time.Duration) time.Time {
+	select {
+	case <-p.Done():
+		return time.Now()
+	case <-time.After(limit):
+	}
+	p.Stop(grace)
+	return time.Time{}
 }
