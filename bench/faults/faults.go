@@ -406,7 +406,8 @@ func (e *env) stop() {
 	}
 }
 
-// ensureUp restarts the proxy if a scenario left it down, and waits until every node is healthy.
+// ensureUp restarts the proxy if a scenario left it down, and waits until every node is healthy
+// and none is ejected or stalled: a scenario starts on the whole cluster.
 func (e *env) ensureUp(ctx context.Context) error {
 	if p := e.proxyProc(); p == nil || isDone(p) {
 		e.logf("proxy is down; restarting it")
@@ -414,7 +415,51 @@ func (e *env) ensureUp(ctx context.Context) error {
 			return fmt.Errorf("restart proxy: %w", err)
 		}
 	}
-	return e.waitAllHealthy(ctx, e.d.back)
+	if err := e.waitAllHealthy(ctx, e.d.back); err != nil {
+		return err
+	}
+	return e.waitNoneEjected(ctx, maxEjectionWait)
+}
+
+// maxEjectionWait bounds waitNoneEjected: the proxy's longest ejection (outlier.max_ejection,
+// 30 s by default) and a little more.
+const maxEjectionWait = 35 * time.Second
+
+// waitNoneEjected waits until the proxy has no node ejected or found stalled. An ejection
+// outlives the scenario that caused it (slow10's eighth lasts 8 s) and the proxy ejects at most
+// max_ejection_percent of the nodes at once: the next scenario would run on one node fewer, and
+// its own slowed node could not be ejected.
+func (e *env) waitNoneEjected(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	logged := false
+	for {
+		m, err := e.nodes(ctx)
+		out := []string{}
+		if err == nil {
+			for addr, nd := range m {
+				if nd.Ejected || nd.Stalled {
+					out = append(out, addr)
+				}
+			}
+			slices.Sort(out)
+			if len(out) == 0 {
+				return nil
+			}
+			if !logged {
+				e.logf("waiting for the proxy to take back %s (ejected or stalled by the last scenario)", strings.Join(out, ", "))
+				logged = true
+			}
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("nodes still ejected after %v: %w", timeout, err)
+			}
+			return fmt.Errorf("nodes still ejected or stalled after %v: %s", timeout, strings.Join(out, ", "))
+		}
+		if !sleep(ctx, 50*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
 }
 
 func isDone(p *cluster.Proc) bool {
