@@ -107,7 +107,7 @@ func (l cacheLookup) splice(req *relevancev1.ScoreRequest, resp *relevancev1.Sco
 // fromCache answers a request whose every item was cached.
 func (p *Proxy) fromCache(req *relevancev1.ScoreRequest, reqID string, l cacheLookup, start time.Time) *relevancev1.ScoreResponse {
 	out := &relevancev1.ScoreResponse{RequestId: reqID, Scores: make([]*relevancev1.ItemScore, len(req.GetItems())),
-		Usage: &relevancev1.Usage{CachedItems: uint64(len(req.GetItems()))}, Model: p.servedModel()}
+		Usage: &relevancev1.Usage{CachedItems: uint64(len(req.GetItems()))}, Model: p.servedModel(l.fp)}
 	for i, it := range req.GetItems() {
 		out.Scores[i] = l.cached[i].ItemScore(i, it.GetId())
 		out.Usage.PromptTokens += l.cached[i].PromptTokens()
@@ -148,15 +148,15 @@ func (p *Proxy) fill(req *relevancev1.ScoreRequest, fp string, l cacheLookup, re
 	}
 }
 
-// servedModel is the model name replies carry: the configured one, else what the nodes report.
-func (p *Proxy) servedModel() string {
+// servedModel is the model name a reply of scores computed under fingerprint fp carries: the
+// configured one, else the name the nodes of fp report. During an update that renames the model
+// the nodes report two names, and only that one is the model of those scores.
+func (p *Proxy) servedModel(fp string) string {
 	if p.cfg.Model.Name != "" {
 		return p.cfg.Model.Name
 	}
-	if ms := p.cluster.Models(); len(ms) > 0 {
-		return ms[0]
-	}
-	return ""
+	name, _ := p.cluster.ModelOf(fp)
+	return name
 }
 
 // prefixPerItem is the shared prefix each scored item of resp stood for, in tokens: a node counts

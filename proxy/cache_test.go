@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 
 	"github.com/relevance-scoring/relevance/internal/fakenode"
@@ -331,5 +333,86 @@ func TestDrainedNodeDoesNotKeepItsOldIdentity(t *testing.T) {
 	}
 	if stale > 0 {
 		t.Errorf("after the node came back on model-b, %d of 6 scores are model-a's (cached_items %d)", stale, resp.GetUsage().GetCachedItems())
+	}
+}
+
+// TestCachedReplyNamesTheModelOfItsScores: during a rolling update that also renames the model,
+// a reply answered wholly from the cache names the model whose scores the cache holds (the one
+// the nodes of the cluster's fingerprint report), not whichever name any node reports sorts
+// first.
+func TestCachedReplyNamesTheModelOfItsScores(t *testing.T) {
+	nodes := startNodes(t, 3, fakenode.Options{Fingerprint: "fp-old", Coeffs: fastCost})
+	cfg := testConfig(nodes.Addrs())
+	cfg.Split.MaxBatchItems = 2 // several batches per request, on several nodes
+	p, _ := startProxy(t, cfg)
+	seed := uint64(0)
+	fresh := func() (*relevancev1.ScoreRequest, *relevancev1.ScoreResponse, error) {
+		seed++
+		req := makeRequest(6, seed)
+		resp, err := p.Score(context.Background(), req)
+		return req, resp, err
+	}
+	// Every node has answered as the old model, "fakenode" (which sorts before "z-new").
+	waitUntil(t, "every node seen serving fakenode", func() bool {
+		fresh()
+		for _, n := range p.Nodes() {
+			if n.Model != "fakenode" {
+				return false
+			}
+		}
+		return true
+	})
+	// Two of three nodes are updated; the third still serves the old model, healthy.
+	nodes[0].SetNamedModel("z-new", "fp-new", 0.5)
+	nodes[1].SetNamedModel("z-new", "fp-new", 0.5)
+	var req *relevancev1.ScoreRequest
+	waitUntil(t, "a request served by the new model", func() bool {
+		r, resp, err := fresh()
+		if err != nil || resp.GetModel() != "z-new" {
+			return false // pinned to the old model while the proxy learns the new one
+		}
+		req = r
+		return true
+	})
+	if fp := p.cluster.Fingerprint(); fp != "fp-new" {
+		t.Fatalf("cluster fingerprint %q, want fp-new", fp)
+	}
+	again, err := p.Score(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.GetUsage().GetCachedItems() != uint64(len(req.GetItems())) {
+		t.Fatalf("repeat: %d of %d items from the cache, want all", again.GetUsage().GetCachedItems(), len(req.GetItems()))
+	}
+	if m := again.GetModel(); m != "z-new" {
+		t.Errorf("a reply of fp-new's cached scores names model %q, want z-new (the nodes report %q)", m, p.cluster.Models())
+	}
+}
+
+// TestScoreCacheHitsCountAnsweredItems: relevance_proxy_score_cache_hits_total counts items
+// answered from the cache, so the cached items of a request that then fails add nothing; those
+// of a reply add one each.
+func TestScoreCacheHitsCountAnsweredItems(t *testing.T) {
+	nodes := startNodes(t, 2, fakenode.Options{Fingerprint: "model-a", Coeffs: fastCost})
+	p, reg := startProxy(t, testConfig(nodes.Addrs()))
+	const hits = "relevance_proxy_score_cache_hits_total"
+	req := makeRequest(6, 1)
+	score(t, p, req) // fills the cache
+	for _, n := range nodes {
+		n.SetFailing(true, codes.Unavailable)
+	}
+	half := makeRequest(6, 1)
+	half.Items = append(half.Items, makeRequest(6, 2).Items...)
+	if _, err := p.Score(context.Background(), half); err == nil {
+		t.Fatal("half cached, with every node failing: answered, want an error")
+	}
+	if got := counterValue(t, reg, hits); got != 0 {
+		t.Errorf("after a failed request of 6 cached items: %s = %v, want 0 (none was answered)", hits, got)
+	}
+	if got := score(t, p, makeRequest(6, 1)).GetUsage().GetCachedItems(); got != 6 {
+		t.Fatalf("repeat: %d items from the cache, want 6", got)
+	}
+	if got := counterValue(t, reg, hits); got != 6 {
+		t.Errorf("after a reply of 6 cached items: %s = %v, want 6", hits, got)
 	}
 }

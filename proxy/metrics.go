@@ -31,6 +31,7 @@ type metrics struct {
 	requestRatio    prometheus.Histogram
 	rejected        *prometheus.CounterVec
 	replans         *prometheus.CounterVec
+	cacheHits       prometheus.Counter // registered with the score cache's other metrics
 }
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
@@ -101,6 +102,12 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 			Name: "relevance_proxy_admission_replans_total",
 			Help: "Requests whose economical plan missed the budget and were planned again for their earliest finish (admission.replan), by outcome: admitted (the faster plan fit admission.replan_fit of the budget), refused (it did not), no_finer_plan (the faster plan had no more batches than the first).",
 		}, []string{"outcome"}),
+		// Counted when a reply carries cached items (Proxy.Score), not at lookup: a request
+		// refused or failed after its lookup answered nothing from the cache.
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relevance_proxy_score_cache_hits_total",
+			Help: "Items answered from the score cache, counted with the reply that carries them (the items of a request refused or failed after its lookup count none).",
+		}),
 	}
 	// admission reads the admitter, which New sets after the metrics exist (none: the value
 	// before it does).
@@ -145,7 +152,7 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) (*metrics, error) {
 			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(v(c.Stats())) })
 		}
 		cs = append(cs,
-			counter("relevance_proxy_score_cache_hits_total", "Items answered from the score cache.", func(s scorecache.Stats) uint64 { return s.Hits }),
+			m.cacheHits,
 			counter("relevance_proxy_score_cache_misses_total", "Items looked up in the score cache and not found (or expired).", func(s scorecache.Stats) uint64 { return s.Misses }),
 			counter("relevance_proxy_score_cache_evictions_total", "Score cache entries evicted for the memory budget.", func(s scorecache.Stats) uint64 { return s.Evictions }),
 			gauge("relevance_proxy_score_cache_entries", "Items in the score cache.", func(s scorecache.Stats) int64 { return s.Entries }),

@@ -13,6 +13,7 @@ import (
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/dispatch"
 	"github.com/relevance-scoring/relevance/proxy/merge"
+	"github.com/relevance-scoring/relevance/proxy/modelpin"
 	"github.com/relevance-scoring/relevance/proxy/plan"
 	"github.com/relevance-scoring/relevance/proxy/request"
 )
@@ -22,12 +23,17 @@ import (
 // package plan), admit (package admit), dispatch (package dispatch), merge (package merge).
 //
 // Errors are gRPC status errors: INVALID_ARGUMENT (the message names the field),
-// RESOURCE_EXHAUSTED with RetryInfo (admission), UNAVAILABLE (no node can serve, or a batch
-// failed), DEADLINE_EXCEEDED, CANCELED.
+// RESOURCE_EXHAUSTED with RetryInfo (admission), UNAVAILABLE (no node can serve, a batch
+// failed, or the model changed under a client request pinned to one: see modelpin),
+// DEADLINE_EXCEEDED, CANCELED.
 func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp *relevancev1.ScoreResponse, err error) {
 	start := time.Now()
 	defer func() {
 		p.m.requestDuration.WithLabelValues(status.Code(err).String()).Observe(time.Since(start).Seconds())
+		if err == nil {
+			// Counted with the reply: a request refused or failed after its lookup answered none.
+			p.m.cacheHits.Add(float64(resp.GetUsage().GetCachedItems()))
+		}
 	}()
 	if err := request.Validate(req, request.Limits{MaxItems: p.cfg.Limits.MaxItems, MaxItemBytes: p.cfg.Limits.MaxItemBytes, MaxQueryBytes: p.cfg.Limits.MaxQueryBytes}); err != nil {
 		return nil, err
@@ -52,9 +58,21 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 		reqID = newRequestID()
 	}
 
-	// Cache: the items scored before under the cluster's model are answered here; the rest go
-	// through the pipeline as a request of their own.
-	fp := p.cluster.Fingerprint()
+	// The model: the cluster's, unless an earlier core call of the same client request (a front
+	// that makes several, see modelpin) pinned another; this call is pinned to it, and the first
+	// call with a known model pins it for the later ones. Each call picking the cluster's model
+	// on its own would mix two models' scores in one reply when a rolling update flips it.
+	pin := modelpin.FromContext(ctx)
+	cfp := p.cluster.Fingerprint()
+	fp := pin.Hold(cfp)
+	if fp != cfp {
+		if _, served := p.cluster.ModelOf(fp); !served {
+			return nil, status.Errorf(codes.Unavailable, "the model changed during the request: no node serves fingerprint %s, which it began with, any more; retry", fp)
+		}
+	}
+
+	// Cache: the items scored before under that model are answered here; the rest go through
+	// the pipeline as a request of their own.
 	look := p.lookup(req, fp)
 	if look.misses == 0 {
 		return p.fromCache(req, reqID, look, start), nil
@@ -122,6 +140,11 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 	served, err := oneModel(fp, results)
 	if err != nil {
 		return nil, err
+	}
+	if pinned := pin.Hold(served); served != "" && pinned != served {
+		// Planned before any node's model was known, while another call of the request was
+		// served by another model.
+		return nil, status.Errorf(codes.Unavailable, "the model changed during the request (fingerprints %s and %s); retry", pinned, served)
 	}
 
 	resp, err = merge.Merge(ctx, merge.Input{Req: sub, ReqID: reqID, Plan: pl, Results: results, FirstErr: firstErr, Partial: partial, Start: start})

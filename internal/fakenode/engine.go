@@ -21,14 +21,15 @@ import (
 // the longest of them (the batches run side by side). SetHang holds every pass until its context
 // ends or the hang is lifted.
 //
-// Its model (fingerprint, and a shift added to Score) is fixed; WithModel gives the same engine
-// with another model, whose groups run in the same passes: the node swaps it in for later calls
+// Its model (fingerprint, and a shift added to Score) is fixed; WithModel (WithNamedModel, which
+// also renames it) gives the same engine with another model, whose groups run in the same passes: the node swaps it in for later calls
 // (node.Node.SetEngine), so that a call's reply never mixes models.
 //
 // Safe for concurrent use (Tokenize and CostFeatures from many goroutines, Forward from one at
 // a time or more: passes only sleep).
 type ScriptedEngine struct {
 	s           *script // shared by every model of the engine
+	name        string  // the model name in Info ("": fakenode)
 	fingerprint string
 	shift       float32
 }
@@ -78,7 +79,13 @@ func NewScriptedEngine(opts Options) *ScriptedEngine {
 // WithModel is the engine with another model: it reports fingerprint fp and adds shift to every
 // score it gives (clamped into (0, 1)). Everything else is shared with e.
 func (e *ScriptedEngine) WithModel(fp string, shift float32) *ScriptedEngine {
-	return &ScriptedEngine{s: e.s, fingerprint: fp, shift: shift}
+	return e.WithNamedModel(e.name, fp, shift)
+}
+
+// WithNamedModel is WithModel with the model also renamed: Info reports name ("": fakenode), as
+// a node does after a rolling update to a model of another name.
+func (e *ScriptedEngine) WithNamedModel(name, fp string, shift float32) *ScriptedEngine {
+	return &ScriptedEngine{s: e.s, name: name, fingerprint: fp, shift: shift}
 }
 
 // SetLatency, SetCost and SetHang steer the engine (every model of it) as the Node methods of
@@ -204,7 +211,11 @@ func fitLatency(lat func(Batch) time.Duration) costmodel.Coeffs {
 
 // Info implements scorer.Engine.
 func (e *ScriptedEngine) Info() scorer.Info {
-	return scorer.Info{Model: "fakenode", Architecture: "scripted", DType: "none", Kernels: "none", MaxTokens: 1 << 20,
+	name := e.name
+	if name == "" {
+		name = "fakenode"
+	}
+	return scorer.Info{Model: name, Architecture: "scripted", DType: "none", Kernels: "none", MaxTokens: 1 << 20,
 		Emulated: true, Fingerprint: e.fingerprint}
 }
 

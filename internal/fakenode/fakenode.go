@@ -19,9 +19,9 @@
 // Tests steer a node while it runs: SetCost / SetLatency (slow node: the node learns it from its
 // passes), FailNext / SetFailing (failing node, any gRPC code), SetHang (a stalled device: passes
 // hold until their callers have gone), SetServing (health flips, seen by grpc.health.v1 Watch),
-// SetReportedLoad (extra backlog in NodeLoad), SetModel (another model, swapped in place), and
-// read Calls / Batches / Items. They go through the node's test hooks (node.Node.SetScript,
-// SetServing, SetEngine). All methods are safe for concurrent use.
+// SetReportedLoad (extra backlog in NodeLoad), SetModel / SetNamedModel (another model, swapped in
+// place), and read Calls / Batches / Items. They go through the node's test hooks
+// (node.Node.SetScript, SetServing, SetEngine). All methods are safe for concurrent use.
 //
 //	n, err := fakenode.Start(fakenode.Options{Coeffs: costmodel.Coeffs{A: 1e-5, C: 1e-3}})
 //	defer n.Close()
@@ -180,6 +180,12 @@ func (n *Node) Close() {
 // every score they give is shifted by shift (clamped to (0, 1)), so that a test can tell which
 // model scored an item. A call already started answers wholly with the model it started with.
 func (n *Node) SetModel(fp string, shift float32) { n.node.SetEngine(n.engine.WithModel(fp, shift)) }
+
+// SetNamedModel is SetModel with the model also renamed: replies to later calls carry name as
+// their model ("": fakenode, the name a node starts with).
+func (n *Node) SetNamedModel(name, fp string, shift float32) {
+	n.node.SetEngine(n.engine.WithNamedModel(name, fp, shift))
+}
 
 // SetCost replaces the node's true cost coefficients (and clears any Latency function).
 func (n *Node) SetCost(c costmodel.Coeffs) { n.engine.SetCost(c) }

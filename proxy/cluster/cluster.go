@@ -293,31 +293,80 @@ func (c *Cluster) ModelNotServed(n *Node, err error) {
 func (c *Cluster) Models() []string {
 	var out []string
 	for _, n := range c.Snapshot() {
-		if m := n.model.Load(); m != nil && !slices.Contains(out, *m) {
-			out = append(out, *m)
+		if m := n.identity().model; m != "" && !slices.Contains(out, m) {
+			out = append(out, m)
 		}
 	}
 	slices.Sort(out)
 	return out
 }
 
-// SetFingerprint records the model fingerprint a node answered with ("" changes nothing).
-func (n *Node) SetFingerprint(fp string) {
+// ModelOf is the model name that the healthy nodes last answering with fingerprint fp reported
+// (the first in order, should they disagree); served says whether any healthy node did. During
+// an update that renames the model, Models holds both names: this is the one that goes with
+// the scores of fp.
+func (c *Cluster) ModelOf(fp string) (name string, served bool) {
 	if fp == "" {
-		return
+		return "", false
 	}
-	if old := n.fingerprint.Load(); old == nil || *old != fp {
-		n.fingerprint.Store(&fp)
+	for _, n := range c.Snapshot() {
+		if id := n.identity(); id.fingerprint == fp && n.healthy.Load() {
+			served = true
+			if id.model != "" && (name == "" || id.model < name) {
+				name = id.model
+			}
+		}
+	}
+	return name, served
+}
+
+// identity is the model a node answered with: its name and fingerprint, stored together so that
+// no reader pairs one reply's name with another's fingerprint (ModelOf names a fingerprint's
+// scores by it).
+type identity struct{ model, fingerprint string }
+
+// identity is the model the node last answered with (zero before any).
+func (n *Node) identity() identity {
+	if id := n.ident.Load(); id != nil {
+		return *id
+	}
+	return identity{}
+}
+
+// updateIdentity stores f applied to the node's identity (replies may be observed concurrently).
+func (n *Node) updateIdentity(f func(*identity)) {
+	for {
+		old := n.ident.Load()
+		var cur identity
+		if old != nil {
+			cur = *old
+		}
+		next := cur
+		f(&next)
+		if next == cur || n.ident.CompareAndSwap(old, &next) {
+			return
+		}
 	}
 }
 
-// Fingerprint is the model fingerprint the node last answered with ("" before any).
-func (n *Node) Fingerprint() string {
-	if p := n.fingerprint.Load(); p != nil {
-		return *p
-	}
-	return ""
+// SetModel records the model a node answered with, its name and fingerprint ("" leaves that
+// part as it was).
+func (n *Node) SetModel(name, fp string) {
+	n.updateIdentity(func(id *identity) {
+		if name != "" {
+			id.model = name
+		}
+		if fp != "" {
+			id.fingerprint = fp
+		}
+	})
 }
+
+// SetFingerprint records the model fingerprint a node answered with ("" changes nothing).
+func (n *Node) SetFingerprint(fp string) { n.SetModel("", fp) }
+
+// Fingerprint is the model fingerprint the node last answered with ("" before any).
+func (n *Node) Fingerprint() string { return n.identity().fingerprint }
 
 // Fingerprint is the model fingerprint that most healthy nodes last answered with ("" when none
 // has answered with one). During a rolling model update the cluster serves each request from
@@ -430,7 +479,7 @@ func (c *Cluster) Status() []NodeStatus {
 			SpeedRatio:          1 / n.ownScale(c.cfg.Prior),
 			WarmingSamples:      n.warmingLeft(),
 			Samples:             n.samples.Load(),
-			Model:               deref(n.model.Load()),
+			Model:               n.identity().model,
 			Fingerprint:         n.Fingerprint(),
 			Emulated:            n.emulated.Load(),
 			MaxItems:            n.Limits().MaxItems,
@@ -448,13 +497,6 @@ func (c *Cluster) Status() []NodeStatus {
 		})
 	}
 	return out
-}
-
-func deref(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
 }
 
 // Close stops the DNS loop and health watches and closes every connection. Call it after the

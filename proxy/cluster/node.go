@@ -103,9 +103,8 @@ type Node struct {
 	stallMu    sync.Mutex
 	stallCh    chan struct{} // closed when found stalled; replaced when it answers; guarded by stallMu
 
-	model       atomic.Pointer[string] // the model name of the node's last reply
-	fingerprint atomic.Pointer[string] // the model fingerprint of the node's last reply
-	maxPrompt   atomic.Int64           // the prompt limit of the node's last reply (0: unknown)
+	ident     atomic.Pointer[identity] // the model of the node's last reply (nil before any)
+	maxPrompt atomic.Int64             // the prompt limit of the node's last reply (0: unknown)
 	// maxItems is our scorer node's own limit on items per batch (its max_items), as its last
 	// reply or refusal said (0: unknown); Limits holds the batches to it.
 	maxItems atomic.Int64
@@ -424,12 +423,7 @@ func (n *Node) Observe(resp *relevancev1.ScoreBatchResponse, now time.Time) {
 			n.ext.Store(&extLoad{seconds: math.Max(0, rep-n.Inflight()), at: now})
 		}
 	}
-	if m := resp.GetModel(); m != "" {
-		if old := n.model.Load(); old == nil || *old != m {
-			n.model.Store(&m)
-		}
-	}
-	n.SetFingerprint(resp.GetModelFingerprint())
+	n.SetModel(resp.GetModel(), resp.GetModelFingerprint())
 	n.emulated.Store(resp.GetEmulated())
 	if m := resp.GetMaxPromptTokens(); m > 0 {
 		n.maxPrompt.Store(int64(m))
@@ -572,7 +566,7 @@ func (n *Node) setHealthy(v bool, changed func()) (regained bool) {
 		// requests from the score cache under the model it had before, and pin requests to it.
 		// Cleared on both edges: the replies of a drain arrive after its health went.
 		n.prefixes.clear()
-		n.fingerprint.Store(nil)
+		n.updateIdentity(func(id *identity) { id.fingerprint = "" })
 		if v {
 			n.learnMu.Lock()
 			n.seeded = false

@@ -743,7 +743,9 @@ func (d *Dispatcher) call(ctx context.Context, l *plan.Lease, b *plan.Batch, mk 
 		err = checkReply(resp, len(b.Req.GetItems()))
 	}
 	if err == nil {
-		n.SetFingerprint(resp.GetModelFingerprint())
+		// Name and fingerprint together, also from a reply refused below: the node is known by
+		// its new model under its new name, which a reply of that model's cached scores carries.
+		n.SetModel(resp.GetModel(), resp.GetModelFingerprint())
 		if fp := resp.GetModelFingerprint(); b.Fingerprint != "" && fp != "" && fp != b.Fingerprint {
 			// The node changed model under the request (a rolling update): its scores must not be
 			// mixed with the other batches'. Another node of the request's model takes the batch.

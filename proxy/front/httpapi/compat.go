@@ -21,6 +21,7 @@ import (
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/front"
+	"github.com/relevance-scoring/relevance/proxy/modelpin"
 	"github.com/relevance-scoring/relevance/proxy/request"
 )
 
@@ -388,8 +389,8 @@ func parseVLLMScore(body []byte, maxPairs int) (parsedScore, error) {
 
 // serveVLLMScore answers vLLM's score API: each distinct text_1 is one core request, at most
 // scoreQueriesAtOnce at a time, all under one budget for the HTTP request (X-Request-Timeout-Ms,
-// else the core's default from the handler's start); the first failure cancels the rest. The
-// scores are put back in pair order.
+// else the core's default from the handler's start) and one model (a modelpin shared by the
+// calls); the first failure cancels the rest. The scores are put back in pair order.
 func (s *Server) serveVLLMScore(ctx *fasthttp.RequestCtx, rt *route) {
 	vr := *rt
 	ps, err := parseVLLMScore(ctx.PostBody(), s.opts.MaxItems)
@@ -419,6 +420,11 @@ func (s *Server) serveVLLMScore(ctx *fasthttp.RequestCtx, rt *route) {
 		rctx, cancel = context.WithTimeout(rctx, budget)
 	}
 	defer cancel()
+	// One model for the whole HTTP request: each core call would pick the cluster's model on its
+	// own, and a rolling update between them would put two models' scores in one reply. The
+	// calls share a pin (the first served sets it; a later one the model has left fails
+	// UNAVAILABLE, retryable, instead of mixing).
+	rctx = modelpin.NewContext(rctx, new(modelpin.Pin))
 	eg, ectx := errgroup.WithContext(rctx)
 	eg.SetLimit(scoreQueriesAtOnce)
 	resps := make([]*relevancev1.ScoreResponse, len(groups))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/proxy/front"
+	"github.com/relevance-scoring/relevance/proxy/modelpin"
 )
 
 // logitScores is the fake core's default scoring with a logit that is not the score (10·score −
@@ -484,6 +486,37 @@ func TestVLLMScoreFirstFailureStopsTheRest(t *testing.T) {
 	core.mu.Unlock()
 	if n > scoreQueriesAtOnce {
 		t.Errorf("the core got %d of %d requests, want at most %d: none sent after the first failure", n, maxScoreQueries, scoreQueriesAtOnce)
+	}
+}
+
+// TestVLLMScoreCallsShareOneModelPin: the core calls of one vLLM score request carry one
+// modelpin.Pin, so that the core serves them all by one model; another request gets its own.
+func TestVLLMScoreCallsShareOneModelPin(t *testing.T) {
+	core := newFakeCore()
+	var mu sync.Mutex
+	pins := map[string][]*modelpin.Pin{} // by the HTTP request's id
+	core.fn = func(ctx context.Context, req *relevancev1.ScoreRequest) (*relevancev1.ScoreResponse, error) {
+		id, _, _ := strings.Cut(req.GetRequestId(), "-")
+		mu.Lock()
+		pins[id] = append(pins[id], modelpin.FromContext(ctx))
+		mu.Unlock()
+		return logitScores(ctx, req)
+	}
+	e := startServer(t, DefaultConfig(), core, nil)
+	for _, id := range []string{"a", "b"} {
+		if r := e.do(t, "POST", "/score", manyQueries(3), map[string]string{HeaderRequestID: id}); r.code != 200 {
+			t.Fatalf("status %d: %s", r.code, r.body)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id, ps := range pins {
+		if len(ps) != 3 || ps[0] == nil || ps[1] != ps[0] || ps[2] != ps[0] {
+			t.Errorf("request %s: core calls carried pins %v, want one pin shared by its 3 calls", id, ps)
+		}
+	}
+	if len(pins["a"]) == 0 || len(pins["b"]) == 0 || pins["a"][0] == pins["b"][0] {
+		t.Errorf("requests a and b shared a pin, or made no call: %v", pins)
 	}
 }
 
