@@ -119,6 +119,9 @@ func (c *Counter) Template(instruction string) int {
 // Tail is the template tail's tokens: the part of every Item count that is not the document.
 func (c *Counter) Tail() int { return c.tail }
 
+// Exact reports whether the counts are the nodes' own (CountExact), not an estimate.
+func (c *Counter) Exact() bool { return c.exact }
+
 // Item is one item's own tokens: the document and the template tail.
 func (c *Counter) Item(text string) int {
 	if !c.exact {

@@ -26,6 +26,7 @@ package plan
 
 import (
 	"hash/fnv"
+	"math"
 	"slices"
 	"time"
 
@@ -445,7 +446,23 @@ func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string
 		return nil
 	}
 	if c := itemCap(req.GetOptions(), prefix, pl.counter.Tail(), cands); c > 0 {
+		refused := math.MaxInt // under TRUNCATION_NONE, items counted past it are refused
+		if req.GetOptions().GetTruncation() == relevancev1.Truncation_TRUNCATION_NONE {
+			refused = c
+			if !pl.counter.Exact() {
+				refused += c / 4 // past the estimate's error: this item does not fit
+			}
+		}
 		for i := range toks {
+			if toks[i] > refused {
+				// The node refuses it (TOO_LONG) having only tokenized it. Priced at the limit, a
+				// document of a few times the limit made admission refuse the whole request as too
+				// slow ("send a longer deadline") on a CPU node, which a longer deadline then
+				// turned into the 422 naming the document: priced at nothing, it reaches the node
+				// and that 422 at once.
+				toks[i] = 1
+				continue
+			}
 			toks[i] = min(toks[i], c)
 		}
 	}
@@ -506,8 +523,9 @@ func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string
 // (0: no bound known): a longer document is cut at its end to fit the nodes' prompt limit
 // (Node.MaxPromptTokens, the smallest among the candidates that know one) and the request's
 // max_tokens_per_item, so its cost is that of the cut item. Under TRUNCATION_NONE such an item is
-// refused rather than computed, and is priced at the limit too, so that the request reaches the
-// node that refuses it (422, naming the item) rather than admission (a misleading 429). Without
+// refused rather than computed: plan prices one counted clearly past the cap at nothing, one near
+// it at the cap, so that the request reaches the node that refuses it (422, naming the item)
+// rather than admission (a misleading 429). Without
 // the cap a document of a few times the limit was priced at its whole length, quadratically, and
 // admission refused as too slow a request the nodes would have answered in time.
 func itemCap(opts *relevancev1.ScoreOptions, prefix, tail int, cands []*cluster.Node) int {

@@ -273,8 +273,9 @@ func TestImbalanceIsPerNode(t *testing.T) {
 
 // TestLongItemsArePricedAsTheNodesCutThem: an item longer than the nodes' prompt limit leaves
 // after the prefix is planned at what a node will compute of it (as is one over the request's
-// max_tokens_per_item), the scorer's default limit until a node reports its own; under
-// TRUNCATION_NONE too, where the node refuses the item instead of computing it.
+// max_tokens_per_item), the scorer's default limit until a node reports its own. Under
+// TRUNCATION_NONE the node refuses such an item instead of computing it: one counted clearly past
+// the limit is priced at nothing, one within the estimate's error of it at the limit.
 func TestLongItemsArePricedAsTheNodesCutThem(t *testing.T) {
 	c := startCluster(t, 1)
 	counter, err := prompt.NewCounter(prompt.CountEstimate)
@@ -312,8 +313,21 @@ func TestLongItemsArePricedAsTheNodesCutThem(t *testing.T) {
 	if got := plan(&relevancev1.ScoreOptions{MaxTokensPerItem: 100}).ItemTokens[0]; got != 100+counter.Tail() {
 		t.Errorf("max_tokens_per_item 100: item planned at %d tokens, want %d (the document's 100 and the template tail)", got, 100+counter.Tail())
 	}
-	if got := plan(&relevancev1.ScoreOptions{Truncation: relevancev1.Truncation_TRUNCATION_NONE}).ItemTokens[0]; got != 1024-pl.PrefixTokens {
-		t.Errorf("TRUNCATION_NONE: item planned at %d tokens, want %d (refused by the node, priced at the limit)", got, 1024-pl.PrefixTokens)
+	if got := plan(&relevancev1.ScoreOptions{Truncation: relevancev1.Truncation_TRUNCATION_NONE}).ItemTokens[0]; got != 1 {
+		// Priced at the limit, it kept a CPU node's request at admission (429, "send a longer
+		// deadline") where the node answers 422 naming the document at once.
+		t.Errorf("TRUNCATION_NONE: an item of ~6× the limit planned at %d tokens, want 1 (the node refuses it uncomputed)", got)
+	}
+	near := proto.Clone(long).(*relevancev1.ScoreRequest)
+	near.Items[0].Text = strings.Repeat("charger cable port watt ", 200) // ~1.05× the limit left
+	near.Options = &relevancev1.ScoreOptions{Truncation: relevancev1.Truncation_TRUNCATION_NONE}
+	np := planner.Plan(near, "r", "")
+	if np == nil {
+		t.Fatal("no plan")
+	}
+	np.Release()
+	if c := 1024 - np.PrefixTokens; np.ItemTokens[0] != c {
+		t.Errorf("TRUNCATION_NONE: an item counted within the estimate's error of the limit planned at %d tokens, want the limit's %d (it may fit)", np.ItemTokens[0], c)
 	}
 	// Before any reply, a scorer node is assumed at the scorer's default limit.
 	huge := proto.Clone(long).(*relevancev1.ScoreRequest)
