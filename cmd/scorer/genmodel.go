@@ -29,5 +29,10 @@ func runGenModel(args []string) error {
 	if *out == "" {
 		return fmt.Errorf("--out: required")
 	}
-	return model.Generate(*out, model.GenSpec{Arch: *arch, Preset: *preset, Seed: *seed, DType: *dtype, FusedExperts: *fused})
+	if err := model.Generate(*out, model.GenSpec{Arch: *arch, Preset: *preset, Seed: *seed, DType: *dtype, FusedExperts: *fused}); err != nil {
+		return err
+	}
+	// Say where it went: a silent success left a new user unsure that anything was written.
+	fmt.Printf("wrote %s: %s %s, seed %d, %s (random weights)\n", *out, *arch, *preset, *seed, *dtype)
+	return nil
 }

@@ -3,7 +3,7 @@
 // through. The fronts only decode; they do not repeat these rules.
 //
 // The contract:
-//   - query: not empty, at most Limits.MaxQueryBytes bytes, valid UTF-8;
+//   - query: not empty nor only white space, at most Limits.MaxQueryBytes bytes, valid UTF-8;
 //   - instruction: at most Limits.MaxQueryBytes bytes, valid UTF-8;
 //   - items: 1 to Limits.MaxItems entries, none missing (nil); each item's text at most
 //     Limits.MaxItemBytes bytes and valid UTF-8, its id valid UTF-8;
@@ -22,6 +22,7 @@ package request
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -53,6 +54,10 @@ func Validate(req *relevancev1.ScoreRequest, lim Limits) error {
 		return FieldError("query", "%d bytes, limit %d", len(q), lim.MaxQueryBytes)
 	case !utf8.ValidString(q):
 		return FieldError("query", "invalid UTF-8")
+	case strings.TrimSpace(q) == "":
+		// The prompt has no query to put in (the nodes refuse it): said here, as "query", not
+		// as a node's tokenizer error.
+		return FieldError("query", "only white space")
 	case over(len(in), lim.MaxQueryBytes):
 		return FieldError("instruction", "%d bytes, limit %d", len(in), lim.MaxQueryBytes)
 	case !utf8.ValidString(in):

@@ -45,6 +45,7 @@ func TestValidateRules(t *testing.T) {
 		{name: "long query", req: &relevancev1.ScoreRequest{Query: strings.Repeat("q", 9000), Items: items("a")},
 			field: "query", want: "9000 bytes, limit 8192"},
 		{name: "bad query", req: &relevancev1.ScoreRequest{Query: "\xff", Items: items("a")}, field: "query", want: "invalid UTF-8"},
+		{name: "white-space query", req: &relevancev1.ScoreRequest{Query: " \t\n ", Items: items("a")}, field: "query", want: "only white space"},
 		{name: "long query before bad query", req: &relevancev1.ScoreRequest{Query: strings.Repeat("\xff", 9000), Items: items("a")},
 			field: "query", want: "9000 bytes, limit 8192"},
 		{name: "long instruction", req: &relevancev1.ScoreRequest{Query: "q", Instruction: strings.Repeat("i", 8193), Items: items("a")},

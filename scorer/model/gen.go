@@ -82,7 +82,7 @@ func syntheticTexts(n, lo, hi int, seed uint64) []string {
 func Generate(dir string, spec GenSpec) error {
 	cfg, err := qwen.Preset(spec.Arch, spec.Preset)
 	if err != nil {
-		return fmt.Errorf("gen-model: %w", err)
+		return fmt.Errorf("generate model: %w", err)
 	}
 	var dtype safetensors.DType
 	switch spec.DType {
@@ -91,20 +91,20 @@ func Generate(dir string, spec GenSpec) error {
 	case "f32":
 		dtype = safetensors.F32
 	default:
-		return fmt.Errorf("gen-model: dtype must be bf16 or f32, got %q", spec.DType)
+		return fmt.Errorf("generate model: dtype must be bf16 or f32, got %q", spec.DType)
 	}
 	tok, err := tokenizer.Default()
 	if err != nil {
-		return fmt.Errorf("gen-model: %w", err)
+		return fmt.Errorf("generate model: %w", err)
 	}
 	if tok.VocabSize() > cfg.VocabSize {
-		return fmt.Errorf("gen-model: tokenizer has %d tokens, more than the preset's vocab_size %d", tok.VocabSize(), cfg.VocabSize)
+		return fmt.Errorf("generate model: tokenizer has %d tokens, more than the preset's vocab_size %d", tok.VocabSize(), cfg.VocabSize)
 	}
 	yes, _ := tok.TokenID("yes")
 	no, _ := tok.TokenID("no")
 	ts, err := qwen.Generate(cfg, qwen.GenOptions{Seed: spec.Seed, DType: dtype, Fused: spec.FusedExperts})
 	if err != nil {
-		return fmt.Errorf("gen-model: %w", err)
+		return fmt.Errorf("generate model: %w", err)
 	}
 	// Calibrate on several queries' prompts, as the engine runs them (prefix groups).
 	b := prompt.New(tok, 0)
@@ -116,22 +116,22 @@ func Generate(dir string, spec GenSpec) error {
 	for i, q := range queries {
 		g, err := b.Build("", q, docs[i*len(docs)/len(queries):(i+1)*len(docs)/len(queries)], scorer.TokenizeOptions{})
 		if err != nil {
-			return fmt.Errorf("gen-model: %w", err)
+			return fmt.Errorf("generate model: %w", err)
 		}
 		samples = append(samples, &qwen.Group{Prefix: g.Prefix, Items: g.Items})
 	}
 	if err := qwen.Calibrate(cfg, ts, [2]int{int(yes), int(no)}, samples, 2); err != nil {
-		return fmt.Errorf("gen-model: %w", err)
+		return fmt.Errorf("generate model: %w", err)
 	}
 	if err := qwen.WriteCheckpoint(dir, cfg, ts, dtype); err != nil {
-		return fmt.Errorf("gen-model: %w", err)
+		return fmt.Errorf("generate model: %w", err)
 	}
 	tj, err := tokenizer.DefaultJSON()
 	if err != nil {
-		return fmt.Errorf("gen-model: %w", err)
+		return fmt.Errorf("generate model: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tj, 0o644); err != nil {
-		return fmt.Errorf("gen-model: %w", err)
+		return fmt.Errorf("generate model: %w", err)
 	}
 	tc, _ := json.MarshalIndent(map[string]any{
 		"tokenizer_class":              "Qwen2Tokenizer",
@@ -145,7 +145,7 @@ func Generate(dir string, spec GenSpec) error {
 		"clean_up_tokenization_spaces": false,
 	}, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), append(tc, '\n'), 0o644); err != nil {
-		return fmt.Errorf("gen-model: %w", err)
+		return fmt.Errorf("generate model: %w", err)
 	}
 	return nil
 }

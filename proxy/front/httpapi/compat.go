@@ -358,7 +358,7 @@ func parseVLLMScore(body []byte, maxPairs int) (parsedScore, error) {
 	case vr.TruncatePromptTokens != nil && *vr.TruncatePromptTokens > 0:
 		// vLLM cuts the whole prompt to that many tokens; the nodes cut documents only, so a
 		// silently different cut is refused rather than scored.
-		return out, unacceptable("truncate_prompt_tokens", "is not supported: documents are cut at their end to fit the model (max_tokens_per_doc on /v1/rerank bounds them)")
+		return out, unacceptable("truncate_prompt_tokens", "not supported: documents are cut at their end to fit the model (max_tokens_per_doc on /v1/rerank bounds them)")
 	}
 	var groups []scoreGroup
 	byQuery := map[string]int{}

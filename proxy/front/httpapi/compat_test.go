@@ -258,7 +258,7 @@ func TestVLLMScoreErrorsNameItsFields(t *testing.T) {
 		{`{"text_1":"q","text_2":[]}`, 422, "text_2: must not be empty"},
 		{`{"text_1":"q","text_2":[1]}`, 400, "text_2[0]: must be a string, got a number"},
 		{`{"text_1":5,"text_2":"a"}`, 400, "text_1: must be a string or a list of strings, got a number"},
-		{`{"text_1":"q","text_2":"a","truncate_prompt_tokens":16}`, 422, "truncate_prompt_tokens: is not supported"},
+		{`{"text_1":"q","text_2":"a","truncate_prompt_tokens":16}`, 422, "truncate_prompt_tokens: not supported"},
 		{`{"text_1":"","text_2":"a"}`, 422, "text_1: "},
 		{manyQueries(maxScoreQueries + 1), 422, "text_1: has more than 64 distinct texts"},
 	}

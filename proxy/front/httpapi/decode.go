@@ -164,6 +164,9 @@ func jsonError(err error) error {
 	switch {
 	case errors.As(err, &se):
 		return malformed("", "invalid JSON body at byte %d: %v", se.Offset, se)
+	case errors.As(err, &te) && te.Field != "" && strings.HasPrefix(te.Value, "number") && jsonTypeName(te.Type.Kind().String()) == "a number":
+		// A number where one is due, but one its type cannot hold (9999…, -1 for an unsigned).
+		return malformed(te.Field, "out of range: %s", strings.TrimPrefix(te.Value, "number "))
 	case errors.As(err, &te) && te.Field != "":
 		return malformed(te.Field, "must be %s, got %s", jsonTypeName(te.Type.Kind().String()), te.Value)
 	case errors.As(err, &te):

@@ -539,6 +539,8 @@ func TestErrors(t *testing.T) {
 			want: want{code: 400, body: cohere("invalid JSON body at byte 30: invalid character '}' looking for beginning of value")}},
 		{name: "wrong type", method: "POST", path: "/v1/rerank", body: `{"query":"q","documents":["a"],"top_n":"3"}`,
 			want: want{code: 400, body: errShape(400, "invalid_request_error", `top_n: must be a number, got string`)}},
+		{name: "number out of range", method: "POST", path: "/v1/rerank", body: `{"query":"q","documents":["a"],"top_n":99999999999999999999}`,
+			want: want{code: 400, body: errShape(400, "invalid_request_error", `top_n: out of range: 99999999999999999999`)}},
 		{name: "documents not array", method: "POST", path: "/v2/rerank", body: `{"query":"q","documents":"a"}`,
 			want: want{code: 400, body: cohere(`documents: must be an array, got string`)}},
 		{name: "not an object", method: "POST", path: "/rerank", body: `[1,2]`,
