@@ -423,6 +423,9 @@ type NodeStatus struct {
 	// NotReady is why the node is kept out of traffic although its server answers its health
 	// endpoint: it does not serve the configured model ("": it is not).
 	NotReady string `json:"not_ready,omitempty"`
+	// Unhealthy is why the node's health check last failed ("" while it passes): unreachable
+	// (the connection's error), or answering NOT_SERVING (starting, draining).
+	Unhealthy string `json:"unhealthy,omitempty"`
 	// Model and Fingerprint are what the node last answered with.
 	Model       string `json:"model,omitempty"`
 	Fingerprint string `json:"model_fingerprint,omitempty"`
@@ -470,6 +473,7 @@ func (c *Cluster) Status() []NodeStatus {
 			Kind:                n.kind,
 			Healthy:             n.healthy.Load(),
 			NotReady:            n.NotReady(),
+			Unhealthy:           n.DownWhy(),
 			Breaker:             n.breaker.State().String(),
 			BreakerOpened:       n.transitions[gobreaker.StateOpen].Load(),
 			BreakerHalfOpened:   n.transitions[gobreaker.StateHalfOpen].Load(),
@@ -612,7 +616,7 @@ func (c *Cluster) setMembers(dns []string) error {
 		} else {
 			c.watchers.Go(func() { n.watchHealth(ctx, c.notify) })
 		}
-		c.log.Info("scorer node joined", "node", a)
+		c.log.Info("scorer node added: it takes traffic once its health check passes (/v1/nodes says why not)", "node", a)
 		next = append(next, n)
 	}
 	slices.SortFunc(next, func(a, b *Node) int { return strings.Compare(a.addr, b.addr) })

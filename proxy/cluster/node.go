@@ -109,6 +109,11 @@ type Node struct {
 	// reply or refusal said (0: unknown); Limits holds the batches to it.
 	maxItems atomic.Int64
 
+	// downWhy is why the node's health check last failed ("" while it passes): /v1/nodes says it,
+	// where "healthy": false alone left an operator guessing (a node never reachable looked like
+	// one that was draining).
+	downWhy atomic.Pointer[string]
+
 	prefixes  prefixMemory // prefix keys believed cached on the node (prefixes.go)
 	cacheSeen atomic.Bool  // the node has reused a cached prefix at least once
 
@@ -605,7 +610,8 @@ func (n *Node) watchHealth(ctx context.Context, changed func()) {
 	// Primes run beside the stream (a stalled node must not hold up health) and end with it.
 	var primes sync.WaitGroup
 	defer primes.Wait()
-	set := func(v bool) {
+	set := func(v bool, why string) {
+		n.setDownWhy(why)
 		// Regaining health unseeds the node (setHealthy): the prime's reply seeds it again.
 		if n.setHealthy(v, changed) && n.prime {
 			primes.Go(func() { n.primeCostModel(ctx) })
@@ -621,18 +627,23 @@ func (n *Node) watchHealth(ctx context.Context, changed func()) {
 					break
 				}
 				retry = 50 * time.Millisecond
-				set(resp.GetStatus() == healthpb.HealthCheckResponse_SERVING)
+				serving := resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+				why := ""
+				if !serving {
+					why = "health: " + resp.GetStatus().String() + " (starting, or draining)"
+				}
+				set(serving, why)
 			}
 		}
 		if ctx.Err() != nil {
 			return
 		}
 		if status.Code(err) == codes.Unimplemented {
-			set(true)
+			set(true, "")
 			<-ctx.Done()
 			return
 		}
-		set(false)
+		set(false, "health check: "+status.Convert(err).Message())
 		t := time.NewTimer(retry)
 		select {
 		case <-ctx.Done():
@@ -823,6 +834,11 @@ func (n *Node) pollBackend(ctx context.Context, changed func(), log *slog.Logger
 		seen := n.out.Load()
 		ok := n.be.Healthy(hctx)
 		out := seen
+		if ok {
+			n.setDownWhy("")
+		} else {
+			n.setDownWhy("health endpoint: no healthy answer within " + probe.String())
+		}
 		switch {
 		case !ok:
 			out = nil // down: what it serves once back is checked afresh, at once
@@ -940,6 +956,25 @@ func (n *Node) checkModel(ctx context.Context, checker backend.ModelChecker, out
 			"node", n.addr, "model", n.wantModel, "served", served)
 	}
 	return next, false
+}
+
+// setDownWhy records why the health check failed ("": it passed).
+func (n *Node) setDownWhy(why string) {
+	if why == "" {
+		if n.downWhy.Load() != nil {
+			n.downWhy.Store(nil)
+		}
+		return
+	}
+	n.downWhy.Store(&why)
+}
+
+// DownWhy is why the node's health check last failed ("" while it passes).
+func (n *Node) DownWhy() string {
+	if p := n.downWhy.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // NotReady is why the node takes no traffic although its server answers its health endpoint
