@@ -115,7 +115,7 @@ type Proxy struct {
 	// HTTPAddr and GRPCAddr; "" means 127.0.0.1:8080 and 127.0.0.1:9090 (the contract).
 	HTTPAddr string `yaml:"http_addr"`
 	GRPCAddr string `yaml:"grpc_addr"`
-	// Split is fixed or cost; Route is random, round_robin or least_loaded; "" leaves the
+	// Split is fixed or cost; Route is random, round_robin, least_loaded or prefix_affinity; "" leaves the
 	// proxy's defaults.
 	Split string `yaml:"split"`
 	Route string `yaml:"route"`

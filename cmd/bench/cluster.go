@@ -22,7 +22,7 @@ func runCluster(args []string) error {
 	nodes := fs.Int("nodes", 0, "number of real nodes (overrides nodes.count)")
 	threads := fs.Int("threads", 0, "compute threads per real node (overrides nodes.threads)")
 	split := fs.String("split", "", "proxy split strategy: fixed or cost (overrides proxy.split)")
-	route := fs.String("route", "", "proxy routing: random, round_robin or least_loaded (overrides proxy.route)")
+	route := fs.String("route", "", "proxy routing: random, round_robin, least_loaded or prefix_affinity (overrides proxy.route)")
 	hedge := fs.Bool("hedge", false, "proxy hedging on or off (overrides proxy.hedge when given)")
 	selfTest := fs.Bool("self-test", true, "send a /v1/rerank request of its own (not the printed example, which it would leave in the score cache) once before printing the examples")
 	if err := fs.Parse(args); err != nil {
