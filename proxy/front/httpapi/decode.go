@@ -229,11 +229,31 @@ func decodeScore(body []byte, maxItems int) (*relevancev1.ScoreRequest, error) {
 	if err := checkProtoJSON(body, req.ProtoReflect().Descriptor()); err != nil {
 		return nil, err
 	}
+	if err := misplacedOption(body); err != nil {
+		return nil, err
+	}
 	req.Reset()
 	if err := scoreLenient.Unmarshal(body, req); err != nil {
 		return nil, malformed("", "invalid JSON body: %v", err) // what checkProtoJSON does not foresee
 	}
 	return req, nil
+}
+
+// misplacedOption refuses a top-level key that is a field of options (ScoreOptions), not of the
+// request: ignored as an unknown field, {"truncation": "TRUNCATION_NONE"} scored with the default
+// truncation, silently, what the caller had asked to be refused.
+func misplacedOption(body []byte) error {
+	req := (&relevancev1.ScoreRequest{}).ProtoReflect().Descriptor().Fields()
+	opts := (&relevancev1.ScoreOptions{}).ProtoReflect().Descriptor().Fields()
+	for i := range opts.Len() {
+		fd := opts.Get(i)
+		for _, name := range []string{string(fd.Name()), fd.JSONName()} {
+			if req.ByName(protoreflect.Name(name)) == nil && req.ByJSONName(name) == nil && hasKey(body, name) {
+				return unacceptable(name, "is a field of options, not of the request: send \"options\": {\"%s\": …}", fd.Name())
+			}
+		}
+	}
+	return nil
 }
 
 // checkProtoJSON walks body against md's proto3 JSON mapping and reports, by path, the first value

@@ -80,6 +80,11 @@ func TestScoreDecodeErrorsNameTheField(t *testing.T) {
 		{"field given twice", `{"query":"q","items":[{"text":"a"}],"top_n":1,"topN":2}`, 400, "topN: given twice"},
 		{"the rerank routes' cache switch", `{"query":"q","items":[{"text":"a"}],"cache":false}`, 422,
 			`cache: is not a /v1/score field: send "options": {"no_cache": true} to bypass the score cache`},
+		// Ignored as unknown, a misplaced option would be scored with the default, silently.
+		{"an option at the top level", `{"query":"q","items":[{"text":"a"}],"truncation":"TRUNCATION_NONE"}`, 422,
+			`truncation: is a field of options, not of the request: send "options": {"truncation": …}`},
+		{"an option at the top level, by its JSON name", `{"query":"q","items":[{"text":"a"}],"maxTokensPerItem":5}`, 422,
+			`maxTokensPerItem: is a field of options, not of the request: send "options": {"max_tokens_per_item": …}`},
 		{"not an object", `[{"query":"q"}]`, 400, "request body: must be a JSON object, got array"},
 		{"unknown enum name", `{"query":"q","items":[{"text":"a"}],"options":{"truncation":"BOGUS"}}`, 422,
 			`options.truncation: unknown value "BOGUS"`},
