@@ -785,7 +785,9 @@ func (c *Cluster) keepNode(ctx context.Context, i int) {
 		if time.Since(started) > time.Minute {
 			delay = RestartDelay
 		}
-		fmt.Fprintf(c.log, "cluster: %s; restarting it in %v (the other nodes keep serving)\n", nd.Describe(), delay)
+		// Describe ends with the log's last lines, one per line: the restart gets a line of its own.
+		fmt.Fprintf(c.log, "cluster: %scluster: restarting %s in %v (the other nodes keep serving; its log so far is kept as %s.log.1)\n",
+			nd.Describe(), nd.Name, delay, nd.Name)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
