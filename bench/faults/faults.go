@@ -430,31 +430,40 @@ const maxEjectionWait = 35 * time.Second
 // max_ejection_percent of the nodes at once: the next scenario would run on one node fewer, and
 // its own slowed node could not be ejected.
 func (e *env) waitNoneEjected(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
 	logged := false
+	return e.pollNodes(ctx, timeout, "still ejected or stalled", func(m map[string]nodeStatus) []string {
+		out := []string{}
+		for addr, nd := range m {
+			if nd.Ejected || nd.Stalled {
+				out = append(out, addr)
+			}
+		}
+		slices.Sort(out)
+		if len(out) > 0 && !logged {
+			e.logf("waiting for the proxy to take back %s (ejected or stalled by the last scenario)", strings.Join(out, ", "))
+			logged = true
+		}
+		return out
+	})
+}
+
+// pollNodes reads the proxy's node table every 50 ms until bad finds no node in it, or timeout
+// passes: then the error names the nodes bad last found (problem says what is wrong with them).
+func (e *env) pollNodes(ctx context.Context, timeout time.Duration, problem string, bad func(map[string]nodeStatus) []string) error {
+	deadline := time.Now().Add(timeout)
 	for {
 		m, err := e.nodes(ctx)
-		out := []string{}
+		var out []string
 		if err == nil {
-			for addr, nd := range m {
-				if nd.Ejected || nd.Stalled {
-					out = append(out, addr)
-				}
-			}
-			slices.Sort(out)
-			if len(out) == 0 {
+			if out = bad(m); len(out) == 0 {
 				return nil
-			}
-			if !logged {
-				e.logf("waiting for the proxy to take back %s (ejected or stalled by the last scenario)", strings.Join(out, ", "))
-				logged = true
 			}
 		}
 		if time.Now().After(deadline) {
 			if err != nil {
-				return fmt.Errorf("nodes still ejected after %v: %w", timeout, err)
+				return fmt.Errorf("nodes %s after %v: %w", problem, timeout, err)
 			}
-			return fmt.Errorf("nodes still ejected or stalled after %v: %s", timeout, strings.Join(out, ", "))
+			return fmt.Errorf("nodes %s after %v: %s", problem, timeout, strings.Join(out, ", "))
 		}
 		if !sleep(ctx, 50*time.Millisecond) {
 			return ctx.Err()
@@ -557,30 +566,15 @@ func (e *env) ready(ctx context.Context, nd cluster.Node) bool {
 
 // waitAllHealthy waits until the proxy sees every node healthy.
 func (e *env) waitAllHealthy(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		m, err := e.nodes(ctx)
-		bad := []string{}
-		if err == nil {
-			for _, nd := range e.c.Nodes() {
-				if !m[nd.GRPCAddr].Healthy {
-					bad = append(bad, nd.Name)
-				}
-			}
-			if len(bad) == 0 {
-				return nil
+	return e.pollNodes(ctx, timeout, "not healthy", func(m map[string]nodeStatus) []string {
+		var out []string
+		for _, nd := range e.c.Nodes() {
+			if !m[nd.GRPCAddr].Healthy {
+				out = append(out, nd.Name)
 			}
 		}
-		if time.Now().After(deadline) {
-			if err != nil {
-				return fmt.Errorf("cluster not healthy after %v: %w", timeout, err)
-			}
-			return fmt.Errorf("cluster not healthy after %v: proxy sees %s unhealthy", timeout, strings.Join(bad, ", "))
-		}
-		if !sleep(ctx, 50*time.Millisecond) {
-			return ctx.Err()
-		}
-	}
+		return out
+	})
 }
 
 // setFault POSTs body to node's /debug/fault.

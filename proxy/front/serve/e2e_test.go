@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os/exec"
 	"sort"
@@ -37,37 +36,18 @@ func TestEndToEndWithRealCore(t *testing.T) {
 	cfg.Proxy.Nodes.Static = nodes.Addrs()
 	cfg.Proxy.Split.MaxBatchItems = 4                      // several batches over several nodes
 	cfg.Proxy.Model.Aliases = []string{"rerank-v3.5", "m"} // what the Cohere clients below send
-	ctx, cancel := context.WithCancel(context.Background())
 	reg := prometheus.NewRegistry()
 	var core *proxy.Proxy
-	type addrs struct{ http, grpc string }
-	listening := make(chan addrs, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, cfg, Options{
-			NewCore: func(c proxy.Config, reg prometheus.Registerer, log *slog.Logger) (Core, error) {
-				p, err := proxy.New(c, reg, log)
-				core = p
-				return testAdapter{p}, err
-			},
-			Registry:  reg,
-			Logger:    slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			Listening: func(h, g net.Addr) { listening <- addrs{h.String(), g.String()} },
-		})
-	}()
-	var a addrs
-	select {
-	case a = <-listening:
-	case err := <-done:
-		cancel()
-		t.Fatalf("Run: %v", err)
-	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	httpAddr, grpcAddr, stop := runFronts(t, cfg, Options{
+		NewCore: func(c proxy.Config, reg prometheus.Registerer, log *slog.Logger) (Core, error) {
+			p, err := proxy.New(c, reg, log)
+			core = p
+			return testAdapter{p}, err
+		},
+		Registry: reg,
+		Logger:   slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	defer stop()
 	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer wcancel()
 	if err := core.WaitReady(wctx); err != nil {
@@ -82,7 +62,7 @@ func TestEndToEndWithRealCore(t *testing.T) {
 	body, _ := json.Marshal(map[string]any{"model": "rerank-v3.5", "query": query, "documents": docs, "top_n": 3, "max_tokens_per_doc": 512})
 	client := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
-	req, _ := http.NewRequest("POST", "http://"+a.http+"/v2/rerank", strings.NewReader(string(body)))
+	req, _ := http.NewRequest("POST", "http://"+httpAddr+"/v2/rerank", strings.NewReader(string(body)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer co-test-key")
 	req.Header.Set("X-Fern-SDK-Name", "cohere")
@@ -127,7 +107,7 @@ func TestEndToEndWithRealCore(t *testing.T) {
 		t.Error("empty id")
 	}
 
-	conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +133,7 @@ func TestEndToEndWithRealCore(t *testing.T) {
 	// Core errors through the HTTP front: a deadline too short for slow nodes, then no node.
 	post := func(path, body string, h map[string]string) (*http.Response, []byte) {
 		t.Helper()
-		req, _ := http.NewRequest("POST", "http://"+a.http+path, strings.NewReader(body))
+		req, _ := http.NewRequest("POST", "http://"+httpAddr+path, strings.NewReader(body))
 		for k, v := range h {
 			req.Header.Set(k, v)
 		}
@@ -190,11 +170,11 @@ func TestEndToEndWithRealCore(t *testing.T) {
 	if resp.StatusCode != 503 || !strings.HasPrefix(string(b), `{"message":`) {
 		t.Errorf("no healthy node: %d %s, want 503 in Cohere shape", resp.StatusCode, b)
 	}
-	if code, _ := getCode(client, "http://"+a.http+"/readyz"); code != 503 {
+	if code, _ := getCode(client, "http://"+httpAddr+"/readyz"); code != 503 {
 		t.Errorf("/readyz with no healthy node = %d, want 503", code)
 	}
 
-	mresp, err := client.Get("http://" + a.http + "/metrics")
+	mresp, err := client.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -59,34 +58,16 @@ func TestVLLMScoreNeverMixesModels(t *testing.T) {
 	cfg.Proxy.Nodes.Static = nodes.Addrs()
 	cfg.Proxy.Cost.Prime = false
 	gc := gatedCore{query: "second", gate: make(chan struct{}), answered: make(chan struct{}, 1)}
-	ctx, cancel := context.WithCancel(context.Background())
-	listening := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, cfg, Options{
-			NewCore: func(c proxy.Config, reg prometheus.Registerer, log *slog.Logger) (Core, error) {
-				p, err := proxy.New(c, reg, log)
-				gc.testAdapter = testAdapter{p}
-				return gc, err
-			},
-			Registry:  prometheus.NewRegistry(),
-			Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Listening: func(h, _ net.Addr) { listening <- h.String() },
-		})
-	}()
-	var addr string
-	select {
-	case addr = <-listening:
-	case err := <-done:
-		cancel()
-		t.Fatalf("Run: %v", err)
-	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	addr, _, stop := runFronts(t, cfg, Options{
+		NewCore: func(c proxy.Config, reg prometheus.Registerer, log *slog.Logger) (Core, error) {
+			p, err := proxy.New(c, reg, log)
+			gc.testAdapter = testAdapter{p}
+			return gc, err
+		},
+		Registry: prometheus.NewRegistry(),
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	defer stop()
 	core := gc.testAdapter.Proxy
 	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer wcancel()

@@ -342,3 +342,29 @@ func TestShutdownAsTheProxyStartsReturns(t *testing.T) {
 		}
 	}
 }
+
+// runFronts starts Run with cfg and opts until the returned stop is called, and returns the HTTP
+// and gRPC addresses the fronts listen on; stop cancels Run and fails the test if it returned an
+// error. opts.Listening is its own.
+func runFronts(t *testing.T, cfg Config, opts Options) (httpAddr, grpcAddr string, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	type addrs struct{ http, grpc string }
+	listening := make(chan addrs, 1)
+	done := make(chan error, 1)
+	opts.Listening = func(h, g net.Addr) { listening <- addrs{h.String(), g.String()} }
+	go func() { done <- Run(ctx, cfg, opts) }()
+	select {
+	case a := <-listening:
+		return a.http, a.grpc, func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}
+	case err := <-done:
+		cancel()
+		t.Fatalf("Run: %v", err)
+		return "", "", nil
+	}
+}
