@@ -10,11 +10,13 @@
 package qwen
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 )
 
 // Architectures, as spelled by config.json's architectures[0].
@@ -66,15 +68,56 @@ type Config struct {
 
 	// UseSlidingWindow must be false: sliding-window attention is not implemented.
 	UseSlidingWindow bool `json:"use_sliding_window,omitempty"`
+	// LayerTypes (transformers 5) names each layer's attention; only "full_attention" is
+	// implemented.
+	LayerTypes []string `json:"layer_types,omitempty"`
+	// PartialRotaryFactor, when set, must be 1: transformers' default RoPE rotates only
+	// int(head_dim·factor) dims, which Qwen's forward pass does not do.
+	PartialRotaryFactor *float64 `json:"partial_rotary_factor,omitempty"`
 
 	TorchDType string `json:"torch_dtype,omitempty"`
 }
 
 // RopeParameters is the rope_parameters (or legacy rope_scaling) object.
 type RopeParameters struct {
-	RopeTheta float64 `json:"rope_theta,omitempty"`
-	RopeType  string  `json:"rope_type,omitempty"`
-	Type      string  `json:"type,omitempty"`
+	RopeTheta           float64  `json:"rope_theta,omitempty"`
+	RopeType            string   `json:"rope_type,omitempty"`
+	Type                string   `json:"type,omitempty"`
+	PartialRotaryFactor *float64 `json:"partial_rotary_factor,omitempty"`
+
+	// nested lists the keys whose values are objects: transformers 5's per-layer-type form
+	// ({"full_attention": {...}}), which Validate refuses.
+	nested []string
+}
+
+// UnmarshalJSON reads the flat fields and notes object-valued keys (see nested).
+func (rp *RopeParameters) UnmarshalJSON(b []byte) error {
+	type plain RopeParameters
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(b, &all); err != nil {
+		return err
+	}
+	for k, v := range all {
+		if v = bytes.TrimSpace(v); len(v) > 0 && v[0] == '{' {
+			p.nested = append(p.nested, k)
+		}
+	}
+	slices.Sort(p.nested)
+	*rp = RopeParameters(p)
+	return nil
+}
+
+// ropeDict is the rope dict transformers 5 computes with: rope_scaling when given (it replaces
+// rope_parameters in convert_rope_params_to_dict), else rope_parameters; nil when neither.
+func (c *Config) ropeDict() *RopeParameters {
+	if c.RopeScaling != nil {
+		return c.RopeScaling
+	}
+	return c.RopeParameters
 }
 
 // LoadConfig reads, defaults and validates dir/config.json.
@@ -139,8 +182,9 @@ func (c *Config) Defaults() {
 	if c.HiddenAct == "" {
 		c.HiddenAct = "silu"
 	}
-	if c.RopeTheta == 0 && c.RopeParameters != nil {
-		c.RopeTheta = c.RopeParameters.RopeTheta
+	// A top-level rope_theta, else the rope dict's (Validate refuses the two disagreeing).
+	if rp := c.ropeDict(); c.RopeTheta == 0 && rp != nil {
+		c.RopeTheta = rp.RopeTheta
 	}
 	if c.RopeTheta == 0 {
 		c.RopeTheta = 10000
@@ -165,6 +209,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config.json: architectures: missing (want %s, %s or %s)", ArchQwen3, ArchQwen3MoE, ArchQwen2MoE)
 	default:
 		return fmt.Errorf("config.json: architectures[0]: unsupported architecture %q (want %s, %s or %s)", c.Arch(), ArchQwen3, ArchQwen3MoE, ArchQwen2MoE)
+	}
+	// transformers' AutoModelForCausalLM builds the model model_type names; a config whose
+	// model_type and architectures[0] disagree is two models.
+	if want := map[string]string{ArchQwen3: "qwen3", ArchQwen3MoE: "qwen3_moe", ArchQwen2MoE: "qwen2_moe"}[c.Arch()]; c.ModelType != "" && c.ModelType != want {
+		return fmt.Errorf("config.json: model_type %q does not match architectures[0] %s (want %q)", c.ModelType, c.Arch(), want)
 	}
 	pos := []struct {
 		name string
@@ -191,9 +240,28 @@ func (c *Config) Validate() error {
 	if !(c.RopeTheta > 0) {
 		return fmt.Errorf("config.json: rope_theta: must be > 0, got %v", c.RopeTheta)
 	}
-	for _, rp := range []*RopeParameters{c.RopeParameters, c.RopeScaling} {
+	// transformers 5 takes rope_scaling in place of rope_parameters and lets the dict's
+	// rope_theta beat the top-level one; transformers 4 reads only the top-level rope_theta. A
+	// config on which they disagree names two models: refuse it rather than pick one.
+	if c.RopeScaling != nil && c.RopeParameters != nil && c.RopeScaling.RopeTheta != c.RopeParameters.RopeTheta {
+		return fmt.Errorf("config.json: rope_scaling (rope_theta %v) and rope_parameters (rope_theta %v) disagree; transformers 5 uses rope_scaling, give one of them", c.RopeScaling.RopeTheta, c.RopeParameters.RopeTheta)
+	}
+	for _, f := range []struct {
+		name string
+		rp   *RopeParameters
+	}{{"rope_parameters", c.RopeParameters}, {"rope_scaling", c.RopeScaling}} {
+		rp := f.rp
 		if rp == nil {
 			continue
+		}
+		if len(rp.nested) > 0 {
+			return fmt.Errorf("config.json: %s: per-layer-type RoPE parameters (%s) are not supported", f.name, strings.Join(rp.nested, ", "))
+		}
+		if rp.RopeTheta != 0 && rp.RopeTheta != c.RopeTheta {
+			return fmt.Errorf("config.json: %s.rope_theta %v disagrees with rope_theta %v", f.name, rp.RopeTheta, c.RopeTheta)
+		}
+		if v := rp.PartialRotaryFactor; v != nil && *v != 1 {
+			return fmt.Errorf("config.json: %s.partial_rotary_factor: partial RoPE is not supported (Qwen rotates the whole head), got %v", f.name, *v)
 		}
 		// transformers writes a legacy rope_scaling back with both spellings of its type.
 		if rp.RopeType != "" && rp.Type != "" && rp.RopeType != rp.Type {
@@ -203,8 +271,23 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("config.json: rope scaling type %q is not supported (only default RoPE)", t)
 		}
 	}
+	if v := c.PartialRotaryFactor; v != nil && *v != 1 {
+		return fmt.Errorf("config.json: partial_rotary_factor: partial RoPE is not supported (Qwen rotates the whole head), got %v", *v)
+	}
 	if c.UseSlidingWindow {
 		return fmt.Errorf("config.json: use_sliding_window: sliding-window attention is not supported, got true")
+	}
+	// transformers 5 gives each layer the attention layer_types names, whatever
+	// use_sliding_window says.
+	if c.LayerTypes != nil {
+		if len(c.LayerTypes) != c.NumHiddenLayers {
+			return fmt.Errorf("config.json: layer_types: %d entries for num_hidden_layers %d", len(c.LayerTypes), c.NumHiddenLayers)
+		}
+		for i, lt := range c.LayerTypes {
+			if lt != "full_attention" {
+				return fmt.Errorf("config.json: layer_types[%d]: %q is not supported (only \"full_attention\")", i, lt)
+			}
+		}
 	}
 	if c.HiddenAct != "silu" {
 		return fmt.Errorf("config.json: hidden_act: only \"silu\" is supported, got %q", c.HiddenAct)

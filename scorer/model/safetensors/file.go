@@ -210,20 +210,21 @@ func OpenDir(dir string) (*Checkpoint, error) {
 			}
 			c.byName[name] = f
 		}
-		// Tensors present in a shard but not in the index are still part of the checkpoint —
-		// unless two shards hold one: which copy is meant would depend on the shards' names.
-		extra := map[string]string{}
+		// Tensors present in a shard but not in the index are still part of the checkpoint. No
+		// tensor may be in two shards, indexed or not: which copy is meant would depend on the
+		// reader (the index here, the last shard loaded in transformers 4), and the fingerprint,
+		// which hashes the shards and not the index, would not see a repointed index.
+		holder := map[string]string{}
 		for i, f := range c.files {
 			for _, t := range f.header.Tensors {
-				if _, indexed := idx.WeightMap[t.Name]; indexed {
-					continue
-				}
-				if other, ok := extra[t.Name]; ok {
+				if other, ok := holder[t.Name]; ok {
 					c.Close()
-					return nil, fmt.Errorf("read %s: tensor %s is in both %s and %s and not in the index", idxPath, t.Name, other, names[i])
+					return nil, fmt.Errorf("read %s: tensor %s is in both %s and %s", idxPath, t.Name, other, names[i])
 				}
-				extra[t.Name] = names[i]
-				c.byName[t.Name] = f
+				holder[t.Name] = names[i]
+				if _, indexed := idx.WeightMap[t.Name]; !indexed {
+					c.byName[t.Name] = f
+				}
 			}
 		}
 		return c, nil
