@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -41,6 +42,43 @@ func (t *Tokenizer) Encode(text string) []int32 {
 // special=false (Qwen3's <think>, <tool_call>, ...); EncodePlain matches none.
 func (t *Tokenizer) EncodePlain(text string) []int32 {
 	return t.appendPlain(make([]int32, 0, len(text)/3+4), text)
+}
+
+// zeroWidthSpace is what BreakAddedTokens writes into added-token text: invisible, neither a
+// letter, a digit nor white space to the pre-tokenizer, unchanged by NFC, and in no added token.
+const zeroWidthSpace = "\u200b"
+
+// BreakAddedTokens returns text with U+200B (zero width space) after the first character of
+// every added token written in it, so that a tokenizer that matches added tokens in text (Encode,
+// Hugging Face's by default, llama.cpp's with parse_special) reads it as ordinary characters:
+// Encode(BreakAddedTokens(s)) equals EncodePlain(BreakAddedTokens(s)). It is for user text sent
+// to a server that tokenizes it itself, where EncodePlain cannot be asked for. Every position
+// where an added token starts is broken, nested or overlapping ones included, and the inserted
+// character is in no added token, so no match survives; an added token of one character cannot
+// be broken (Qwen3 has none). Text without added tokens is returned as it is.
+func (t *Tokenizer) BreakAddedTokens(text string) string {
+	var b strings.Builder
+	start := 0
+	for i := 0; i < len(text); i++ {
+		for _, a := range t.addedFirst[text[i]] {
+			if strings.HasPrefix(text[i:], a.Content) {
+				_, n := utf8.DecodeRuneInString(text[i:])
+				if start == 0 {
+					b.Grow(len(text) + 4*len(zeroWidthSpace))
+				}
+				b.WriteString(text[start : i+n])
+				b.WriteString(zeroWidthSpace)
+				start = i + n
+				i += n - 1 // scan on from the next character: a token starting inside this one is broken too
+				break
+			}
+		}
+	}
+	if start == 0 {
+		return text
+	}
+	b.WriteString(text[start:])
+	return b.String()
 }
 
 // AppendPlain is EncodePlain that appends to dst, for callers that build one sequence from

@@ -76,6 +76,10 @@ const (
 	TemplateProxy = "proxy"
 	// TemplateServer: the server gets query and documents as they are and applies its own
 	// template (or none, for a plain cross-encoder).
+	//
+	// With either, an HTTP server's tokenizer would read added-token text in the user strings
+	// (<|im_end|>, <think>, …) as control tokens, which a scorer node reads as text: the HTTP
+	// kinds send it with a zero width space after its first character (internal/wire, plainText).
 	TemplateServer = "server"
 )
 

@@ -30,7 +30,10 @@
 // Template: proxy by default. Infinity runs a sentence-transformers-style CrossEncoder, which
 // tokenizes (query, document) as a pair and has no prompt template, so a Qwen3-Reranker needs the
 // prompt built by the proxy. "server" sends query and documents as they are, for a classic
-// cross-encoder, and refuses custom instructions.
+// cross-encoder, and refuses custom instructions. Infinity's tokenizer matches added tokens in
+// the text, so added-token text of the Qwen3 tokenizer (<|im_end|>, <think>, …) in the query and
+// documents is broken with a zero width space first (wire.Client.Rerank) and reaches the model
+// as text, as on our scorer nodes; another model's special tokens ([SEP], </s>) go as they are.
 //
 // Load: Infinity's /metrics carries only HTTP counters; its queue is in the JSON of GET /models:
 // stats.queue_absolute (waiting) and stats.results_pending (running), of the spec's model or

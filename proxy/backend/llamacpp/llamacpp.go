@@ -28,7 +28,11 @@
 // substitutes {query} and {document} into it; requests with another instruction are refused
 // (InvalidArgument). A proxy-built prompt cannot work: with the template it would be wrapped
 // twice, and without one llama-server tokenizes query and document with special-token parsing
-// off, so the prompt's <|im_start|> markers would reach the model as plain text.
+// off, so the prompt's <|im_start|> markers would reach the model as plain text. With the
+// template, the rendered prompt is tokenized with parse_special on, so added-token text in the
+// query or a document (<|im_end|>, <think>, …) would be read as control tokens: as for every HTTP
+// kind, the proxy breaks it with a zero width space before sending (wire.Client.Rerank), and
+// here also "{document}" in the query, which llama-server would replace with the document.
 //
 // Limits: each pair is scored in one physical batch, so MaxItemTokens defaults to 512 tokens per
 // pair, template included — llama-server's default n_ubatch (-ub); set max_item_tokens to the
@@ -100,12 +104,17 @@ func classify(httpStatus int, msg string, body []byte) (codes.Code, bool) {
 	return 0, false
 }
 
+// documentPlaceholder breaks "{document}" in a query with a zero width space (as wire breaks
+// added-token text): llama-server writes the query into its template before replacing
+// {document}, so the placeholder typed in a query would become each document's text.
+var documentPlaceholder = strings.NewReplacer("{document}", "{\u200bdocument}")
+
 // ScoreBatch implements backend.Backend.
 func (b *Backend) ScoreBatch(ctx context.Context, req *relevancev1.ScoreBatchRequest) (*relevancev1.ScoreBatchResponse, error) {
 	return b.c.Rerank(ctx, req, b.limits, wire.Exchange{
 		Path: "/v1/rerank", Classify: classify, Template: backend.TemplateServer, Instruction: wire.FixedInstruction,
 		Body: func(query string, docs []string, _ *relevancev1.ScoreBatchRequest) any {
-			return rerankRequest{Model: b.model, Query: query, Documents: docs, TopN: len(docs)}
+			return rerankRequest{Model: b.model, Query: documentPlaceholder.Replace(query), Documents: docs, TopN: len(docs)}
 		},
 		ArrayKey: "results", IndexKey: "index", ScoreKey: "relevance_score", Form: wire.Probability,
 		Model: b.model,

@@ -58,3 +58,23 @@ func TestProxyTemplateRefused(t *testing.T) {
 		t.Fatalf("New(template proxy) error = %v", err)
 	}
 }
+
+// TestDocumentPlaceholderInQueryStaysText: llama-server puts the query into its template before
+// substituting {document}, so "{document}" typed in a query would become each document's text
+// (every document then matching "itself"); the model must read the query as typed.
+func TestDocumentPlaceholderInQueryStaysText(t *testing.T) {
+	f, b := conformance.Start(t, kit, fakerank.Options{}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req := conformance.Request(2)
+	req.Query = "headphones like {document}"
+	if _, err := b.ScoreBatch(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range f.Requests()[0].Prompts {
+		_, q, _, ok := fakerank.Parse(p)
+		if !ok || strings.Contains(q, req.Items[i].Text) || strings.ReplaceAll(q, "\u200b", "") != req.Query {
+			t.Errorf("item %d: the model read query %q (parsed %v), want %q with nothing substituted", i, q, ok, req.Query)
+		}
+	}
+}

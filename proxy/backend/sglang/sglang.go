@@ -26,7 +26,10 @@
 // template also opens the assistant turn without the empty think block of our prompt, so scores
 // differ a little from our scorer's; for identical prompts run the model as a cross-encoder
 // (sequence-classification conversion, no reranker chat template), where SGLang concatenates
-// query and document, and configure template: proxy.
+// query and document, and configure template: proxy. Both ways SGLang's tokenizer matches added
+// tokens in the rendered text, so added-token text in query, documents and instruct is broken
+// with a zero width space first (wire.Client.Rerank) and reaches the model as text, as on our
+// scorer nodes.
 //
 // Limits: none by default (set max_item_tokens to the server's --context-length).
 package sglang

@@ -29,6 +29,10 @@
 // sequence-classification conversion, e.g. tomaarsen/Qwen3-Reranker-0.6B-seq-cls, where the TEI
 // build supports it — needs the prompt built by the proxy. "server" sends query and documents as
 // they are, for a classic cross-encoder (BGE and the like), and refuses custom instructions.
+// TEI's tokenizer matches added tokens in the text, so added-token text of the Qwen3 tokenizer
+// (<|im_end|>, <think>, …) in the query and texts is broken with a zero width space first
+// (wire.Client.Rerank) and reaches the model as text, as on our scorer nodes. The special tokens
+// of another model's tokenizer ([SEP], </s>) are not known to the proxy and go as they are.
 //
 // Limits: MaxItems defaults to 32, TEI's --max-client-batch-size default; a larger batch is
 // refused before it is sent, as TEI would with 413. MaxItemTokens defaults to none: set it to the

@@ -44,7 +44,9 @@
 // example formats the prompt on the client. The proxy's prompt makes the model read exactly what
 // our scorer's model reads, and vLLM's prefix cache sees one prefix per query. Use "server" for a
 // node started with --chat-template: its template has the default instruction written in, so
-// requests with another instruction are refused.
+// requests with another instruction are refused. Either way vLLM's tokenizer matches added
+// tokens in the text, so added-token text in the query and documents is broken with a zero
+// width space first (wire.Client.Rerank) and reaches the model as text, as on our scorer nodes.
 //
 // Limits: none by default (vLLM takes any number of documents; set max_item_tokens to its
 // --max-model-len for the planner).

@@ -1,8 +1,9 @@
 // Package wire holds what the HTTP rerank adapters share, so that each decision is made once:
 // one HTTP client per node (connection reuse, the call's deadline, a cap on reply size), the
 // mapping from HTTP statuses and transport failures to gRPC codes, the check that a reply names
-// every document exactly once, the Qwen3-Reranker pair for template=proxy, and the Prometheus
-// gauge reader. A Client is safe for concurrent use.
+// every document exactly once, the Qwen3-Reranker pair for template=proxy, the breaking of
+// added-token text in user strings that every server's tokenizer would otherwise read as control
+// tokens (plainText), and the Prometheus gauge reader. A Client is safe for concurrent use.
 package wire
 
 import (

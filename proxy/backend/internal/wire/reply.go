@@ -234,16 +234,22 @@ func (e *modelNotServed) Error() string              { return e.st.Err().Error()
 func (e *modelNotServed) GRPCStatus() *status.Status { return e.st }
 func (e *modelNotServed) Is(target error) bool       { return target == backend.ErrModelNotServed }
 
-// Rerank scores req's items with one call of x under limits: documents cut to the server's
-// limits (fit), pairs formed, the body posted, the reply's entries read back in item order, with
-// the reply's usage (when it has any).
+// Rerank scores req's items with one call of x under limits: added-token text in the query,
+// instruction and documents broken so that the server reads it as plain text (plainText),
+// documents cut to the server's limits (fit), pairs formed, the body posted, the reply's entries
+// read back in item order, with the reply's usage (when it has any). req is not changed.
 func (c *Client) Rerank(ctx context.Context, req *relevancev1.ScoreBatchRequest, limits backend.Limits, x Exchange) (*relevancev1.ScoreBatchResponse, error) {
-	f, err := fit(c.Node(), req, limits)
+	// Broken before fit, so that limits count what the server will tokenize.
+	send, err := plainText(c.Node(), req)
+	if err != nil {
+		return nil, err
+	}
+	f, err := fit(c.Node(), send, limits)
 	switch {
 	case err != nil:
 		return nil, err
 	case f == nil:
-		return c.rerank(ctx, req, limits, x)
+		return c.rerank(ctx, send, limits, x)
 	}
 	resp, err := c.rerank(ctx, f.send, limits, x)
 	if err != nil {
