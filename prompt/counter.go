@@ -122,6 +122,20 @@ func (c *Counter) Tail() int { return c.tail }
 // Exact reports whether the counts are the nodes' own (CountExact), not an estimate.
 func (c *Counter) Exact() bool { return c.exact }
 
+// ItemExact is Item counted with the shipped tokenizer, as a node counts it, whichever kind c is:
+// for the few items whose exact count decides something (one near the nodes' prompt limit under
+// TRUNCATION_NONE is refused or computed). The estimator's count when the tokenizer cannot load.
+func (c *Counter) ItemExact(text string) int {
+	if c.exact {
+		return c.Item(text)
+	}
+	tok, err := spanTokenizer()
+	if err != nil {
+		return c.Item(text)
+	}
+	return len(tok.EncodePlain(" "+text)) + c.tail
+}
+
 // Item is one item's own tokens: the document and the template tail.
 func (c *Counter) Item(text string) int {
 	if !c.exact {

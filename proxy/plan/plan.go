@@ -26,7 +26,6 @@ package plan
 
 import (
 	"hash/fnv"
-	"math"
 	"slices"
 	"time"
 
@@ -446,21 +445,20 @@ func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string
 		return nil
 	}
 	if c := itemCap(req.GetOptions(), prefix, pl.counter.Tail(), cands); c > 0 {
-		refused := math.MaxInt // under TRUNCATION_NONE, items counted past it are refused
-		if req.GetOptions().GetTruncation() == relevancev1.Truncation_TRUNCATION_NONE {
-			refused = c
-			if !pl.counter.Exact() {
-				refused += c / 4 // past the estimate's error: this item does not fit
-			}
-		}
+		none := req.GetOptions().GetTruncation() == relevancev1.Truncation_TRUNCATION_NONE
 		for i := range toks {
-			if toks[i] > refused {
-				// The node refuses it (TOO_LONG) having only tokenized it. Priced at the limit, a
-				// document of a few times the limit made admission refuse the whole request as too
-				// slow ("send a longer deadline") on a CPU node, which a longer deadline then
-				// turned into the 422 naming the document: priced at nothing, it reaches the node
-				// and that 422 at once.
-				toks[i] = 1
+			// Under TRUNCATION_NONE an item over the cap is refused (TOO_LONG) by the node having
+			// only been tokenized. Priced at the cap, a document past the limit made admission
+			// refuse the whole request as too slow ("send a longer deadline") on a CPU node,
+			// where a longer deadline then got the 422 naming the document; priced at nothing it
+			// reaches the node and that 422 at once. Whether it is over is counted exactly for an
+			// item the estimate puts near or past the cap (an estimate a few per cent off either
+			// way would price a fitting item at nothing, or a refused one at the cap).
+			if none && 10*toks[i] > 9*c {
+				toks[i] = pl.counter.ItemExact(req.GetItems()[i].GetText())
+				if toks[i] > c {
+					toks[i] = 1
+				}
 				continue
 			}
 			toks[i] = min(toks[i], c)

@@ -318,16 +318,33 @@ func TestLongItemsArePricedAsTheNodesCutThem(t *testing.T) {
 		// deadline") where the node answers 422 naming the document at once.
 		t.Errorf("TRUNCATION_NONE: an item of ~6× the limit planned at %d tokens, want 1 (the node refuses it uncomputed)", got)
 	}
-	near := proto.Clone(long).(*relevancev1.ScoreRequest)
-	near.Items[0].Text = strings.Repeat("charger cable port watt ", 200) // ~1.05× the limit left
-	near.Options = &relevancev1.ScoreOptions{Truncation: relevancev1.Truncation_TRUNCATION_NONE}
-	np := planner.Plan(near, "r", "")
-	if np == nil {
-		t.Fatal("no plan")
-	}
-	np.Release()
-	if c := 1024 - np.PrefixTokens; np.ItemTokens[0] != c {
-		t.Errorf("TRUNCATION_NONE: an item counted within the estimate's error of the limit planned at %d tokens, want the limit's %d (it may fit)", np.ItemTokens[0], c)
+	// Near the limit the count is exact: an item just past it is refused, one just under it is
+	// computed and priced at its length.
+	none := &relevancev1.ScoreOptions{Truncation: relevancev1.Truncation_TRUNCATION_NONE}
+	for _, tc := range []struct {
+		name string
+		reps int
+		over bool
+	}{{"just past the limit", 240, true}, {"just under it", 200, false}} {
+		near := proto.Clone(long).(*relevancev1.ScoreRequest)
+		near.Items[0].Text = strings.Repeat("charger cable port watt ", tc.reps)
+		near.Options = none
+		np := planner.Plan(near, "r", "")
+		if np == nil {
+			t.Fatal("no plan")
+		}
+		np.Release()
+		c, exact := 1024-np.PrefixTokens, counter.ItemExact(near.Items[0].Text)
+		if (exact > c) != tc.over {
+			t.Fatalf("%s: the item counts %d tokens exactly against the limit's %d; the test wants it over: %v", tc.name, exact, c, tc.over)
+		}
+		want := 1 // refused uncomputed
+		if !tc.over {
+			want = exact // computed: priced at its exact count (the estimate is ~20 % over here)
+		}
+		if np.ItemTokens[0] != want {
+			t.Errorf("%s (%d of %d tokens): planned at %d tokens, want %d", tc.name, exact, c, np.ItemTokens[0], want)
+		}
 	}
 	// Before any reply, a scorer node is assumed at the scorer's default limit.
 	huge := proto.Clone(long).(*relevancev1.ScoreRequest)
