@@ -733,13 +733,20 @@ func (n *Node) reply(req *pb.ScoreBatchRequest, g *scorer.Group, r passResult, i
 		// The proxy cuts its batches to it (a larger one is refused).
 		MaxBatchItems: uint32(min(n.cfg.MaxItems, math.MaxUint32)),
 	}
+	// An item is refused over the model's prompt limit or the request's cap on document tokens;
+	// the engine does not say which, so with a cap both are named (the cap alone would be wrong
+	// for a document within it whose prompt is over the model's limit).
+	tooLong := fmt.Sprintf("prompt longer than the model's limit of %d tokens and truncation is NONE", info.MaxTokens)
+	if perItem := req.GetOptions().GetMaxTokensPerItem(); perItem > 0 {
+		tooLong = fmt.Sprintf("document longer than max_tokens_per_item (%d) or prompt longer than the model's limit of %d tokens, and truncation is NONE", perItem, info.MaxTokens)
+	}
 	scored := 0
 	for i, it := range req.Items {
 		sc := &pb.ItemScore{Index: uint32(i), Id: it.Id, Tokens: uint32(len(g.Items[i])), TruncatedTokens: uint32(g.Truncated[i])}
 		resp.Usage.TokensTruncated += uint64(g.Truncated[i])
 		if g.TooLong[i] {
 			sc.Status = pb.ItemStatus_ITEM_STATUS_TOO_LONG
-			sc.Error = fmt.Sprintf("prompt longer than the model's limit of %d tokens and truncation is NONE", info.MaxTokens)
+			sc.Error = tooLong
 			sc.Tokens = 0
 		} else {
 			scored++

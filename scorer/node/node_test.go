@@ -363,6 +363,28 @@ func TestTruncationStatuses(t *testing.T) {
 	}
 }
 
+// TestTooLongNamesTheLimitItExceeded: with TRUNCATION_NONE, a document over the request's
+// max_tokens_per_item but far within the model's prompt limit is refused naming
+// max_tokens_per_item, not only the model's limit (which it does not exceed).
+func TestTooLongNamesTheLimitItExceeded(t *testing.T) {
+	f := newFake()
+	f.maxTokens = 1000
+	h := start(t, testConfig(), loadEngine(f), true)
+	req := batch("q", "short", strings.Repeat("x", 40))
+	req.Options = &pb.ScoreOptions{Truncation: pb.Truncation_TRUNCATION_NONE, MaxTokensPerItem: 5}
+	resp, err := h.client.ScoreBatch(ctxT(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := resp.Scores[1]
+	if s.Status != pb.ItemStatus_ITEM_STATUS_TOO_LONG {
+		t.Fatalf("long item = %v, want TOO_LONG", s)
+	}
+	if !strings.Contains(s.Error, "max_tokens_per_item (5)") {
+		t.Errorf("error %q does not name the limit the document exceeded, max_tokens_per_item (5)", s.Error)
+	}
+}
+
 func TestValidation(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxItems = 3
