@@ -7,7 +7,7 @@ export CGO_ENABLED ?= 1
 # promtool, when .ci/run has unpacked it there, for the metrics exposition checks.
 export PATH := $(CURDIR)/.cache/promtool/usr/bin:$(PATH)
 
-.PHONY: all build test vet lint test-race test-purego proto proto-check run bench clean model
+.PHONY: all build test vet lint test-race test-purego proto proto-check run bench clean
 
 all: build
 

@@ -16,6 +16,8 @@ func (c *Cluster) Collector() prometheus.Collector { return &nodeCollector{c: c}
 type nodeCollector struct{ c *Cluster }
 
 var (
+	// DESIGN's example names it relevance_proxy_node_inflight_cost; its own rule
+	// (relevance_<component>_<name>_<unit>) gives the unit, seconds.
 	descInflight = prometheus.NewDesc("relevance_proxy_node_inflight_cost_seconds",
 		"Estimated seconds of this proxy's batches in flight on the node.", []string{"node"}, nil)
 	descBacklog = prometheus.NewDesc("relevance_proxy_node_backlog_seconds",

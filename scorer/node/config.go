@@ -55,7 +55,8 @@ type Config struct {
 	MaxQueueBatches int `yaml:"max_queue_batches"`
 	// MoEPolicy is the MoE kernel policy: auto (a cost table measured at load picks the cheapest
 	// variant per batch), threshold (blockM 128, 64 when padding at 128 exceeds 1.5: the GPU
-	// reference behaviour) or fixed:<128|64|32|16|exact>. "" means the kernels' default (threshold).
+	// reference behaviour) or fixed:<128|64|32|16|exact>. The default is auto; a file that sets
+	// it to "" gets the kernels' own default (threshold), not auto.
 	MoEPolicy string `yaml:"moe_policy"`
 	// BF16Matmul is how bf16 weights are multiplied: auto (AMX with f32 accuracy where the CPU
 	// has it, else AVX-512), widen (AVX-512, f32 activations) or bf16 (bf16 dot products:
