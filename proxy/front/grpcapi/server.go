@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/relevance-scoring/relevance/internal/grpcutf8"
 	"github.com/relevance-scoring/relevance/internal/reqid"
@@ -54,13 +55,26 @@ type Config struct {
 	// KeepaliveMinTime 0 accepts any interval (grpc-go itself would read 0 as its 5 min default).
 	KeepaliveMinTime             time.Duration `yaml:"keepalive_min_time"`
 	KeepalivePermitWithoutStream bool          `yaml:"keepalive_permit_without_stream"`
+	// MaxConcurrentStreams bounds the calls one connection may have open at once (HTTP/2
+	// SETTINGS_MAX_CONCURRENT_STREAMS; streams past it are refused with REFUSED_STREAM, which a
+	// client that ignored the setting may retry). grpc-go's default is no limit: one connection
+	// could open streams without end, each a goroutine and buffers on the proxy. 0: no limit.
+	MaxConcurrentStreams uint32 `yaml:"max_concurrent_streams"`
+	// RecvTimeout bounds how long a call's request message may take to arrive, from its headers
+	// (for a stream, its first message), as http.read_timeout bounds an HTTP request's body. The
+	// budget (the call's deadline, else the SLO) starts only in the handler, once the message has
+	// arrived: without this a client that sends headers and part of a message, with no deadline,
+	// held its stream and the bytes it had sent (up to max_recv_bytes) for as long as it kept
+	// the connection open. Such a call is ended CANCELLED. 0: no limit.
+	RecvTimeout time.Duration `yaml:"recv_timeout"`
 }
 
 // DefaultConfig returns the defaults: 127.0.0.1:9090, 16 MiB in and out, readiness polled every
-// 500 ms.
+// 500 ms, 1000 calls at once per connection, 10 s for a request message to arrive.
 func DefaultConfig() Config {
 	return Config{Addr: "127.0.0.1:9090", MaxRecvBytes: 16 << 20, MaxSendBytes: 16 << 20, HealthPoll: 500 * time.Millisecond,
-		KeepaliveMinTime: 10 * time.Second, KeepalivePermitWithoutStream: true}
+		KeepaliveMinTime: 10 * time.Second, KeepalivePermitWithoutStream: true,
+		MaxConcurrentStreams: 1000, RecvTimeout: 10 * time.Second}
 }
 
 // Validate reports the first bad field, named as in the YAML file under "grpc.".
@@ -79,6 +93,9 @@ func (c Config) Validate() error {
 	}
 	if c.KeepaliveMinTime < 0 {
 		return fmt.Errorf("grpc.keepalive_min_time: must be ≥ 0, got %s", c.KeepaliveMinTime)
+	}
+	if c.RecvTimeout < 0 {
+		return fmt.Errorf("grpc.recv_timeout: must be ≥ 0, got %s", c.RecvTimeout)
 	}
 	return nil
 }
@@ -146,16 +163,25 @@ func New(cfg Config, opts Options) (*Server, error) {
 	s := &Server{cfg: cfg, core: opts.Core, log: log, health: health.NewServer(),
 		stopPoll: make(chan struct{}), pollDone: make(chan struct{}), stopWatches: make(chan struct{})}
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
-	s.gs = grpc.NewServer(
+	sopts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.MaxSendMsgSize(cfg.MaxSendBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime(cfg.KeepaliveMinTime), PermitWithoutStream: cfg.KeepalivePermitWithoutStream}),
-		// Metrics outermost so that a recovered panic is counted as the INTERNAL it became.
+		// Metrics outermost (after the receive timer's stop, which must come before any work)
+		// so that a recovered panic is counted as the INTERNAL it became.
 		// grpcutf8 answers INVALID_ARGUMENT, naming the field, for a request that could not be
 		// decoded (invalid UTF-8, malformed protobuf), where grpc-go would answer INTERNAL.
 		grpc.ForceServerCodecV2(grpcutf8.Codec()),
-		grpc.ChainUnaryInterceptor(metricsInterceptor(opts.Metrics), recoveryInterceptor(log), s.drainInterceptor, grpcutf8.UnaryServerInterceptor),
-	)
+		grpc.ChainUnaryInterceptor(stopRecvTimerUnary, metricsInterceptor(opts.Metrics), recoveryInterceptor(log), s.drainInterceptor, grpcutf8.UnaryServerInterceptor),
+		grpc.ChainStreamInterceptor(stopRecvTimerStream),
+	}
+	if cfg.MaxConcurrentStreams > 0 {
+		sopts = append(sopts, grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams))
+	}
+	if cfg.RecvTimeout > 0 {
+		sopts = append(sopts, grpc.InTapHandle(recvTimeoutTap(cfg.RecvTimeout)))
+	}
+	s.gs = grpc.NewServer(sopts...)
 	relevancev1.RegisterRankerServer(s.gs, &ranker{core: opts.Core})
 	healthpb.RegisterHealthServer(s.gs, &drainingHealth{Server: s.health, stop: s.stopWatches})
 	reflection.Register(s.gs)
@@ -294,6 +320,60 @@ func (r *ranker) Score(ctx context.Context, req *relevancev1.ScoreRequest) (*rel
 		return nil, status.Error(codes.Internal, "core returned no response")
 	}
 	return resp, nil
+}
+
+// recvTimerKey is the context key of a call's receive timer (recvTimeoutTap).
+type recvTimerKey struct{}
+
+// recvTimeoutTap arms, when a call's headers arrive, a timer that cancels the call if its
+// request message has not arrived within d (grpc.recv_timeout); the interceptors stop it once it
+// has. A call's deadline (or the SLO, which the core applies) bounds it only from the handler on,
+// and grpc-go has no bound of its own on the wait for the message: a client sending headers and
+// part of a message, and no more, held the stream and its buffered bytes indefinitely. The
+// context is the stream's, which grpc-go cancels when the stream ends, releasing this child.
+func recvTimeoutTap(d time.Duration) tap.ServerInHandle {
+	return func(ctx context.Context, _ *tap.Info) (context.Context, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		t := time.AfterFunc(d, cancel)
+		return context.WithValue(ctx, recvTimerKey{}, t), nil
+	}
+}
+
+// stopRecvTimer stops ctx's receive timer: the request message has arrived.
+func stopRecvTimer(ctx context.Context) {
+	if t, ok := ctx.Value(recvTimerKey{}).(*time.Timer); ok {
+		t.Stop()
+	}
+}
+
+func stopRecvTimerUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	stopRecvTimer(ctx)
+	return handler(ctx, req)
+}
+
+// stopRecvTimerStream stops a streaming call's receive timer once its first message has arrived
+// (health Watch's request; reflection's first request). A stream the client opens without
+// sending is cut off by it too.
+func stopRecvTimerStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if _, ok := ss.Context().Value(recvTimerKey{}).(*time.Timer); !ok {
+		return handler(srv, ss)
+	}
+	return handler(srv, &firstRecvStream{ServerStream: ss})
+}
+
+// firstRecvStream stops the receive timer after its first RecvMsg.
+type firstRecvStream struct {
+	grpc.ServerStream
+	done bool
+}
+
+func (s *firstRecvStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if !s.done {
+		s.done = true
+		stopRecvTimer(s.Context())
+	}
+	return err
 }
 
 func recoveryInterceptor(log *slog.Logger) grpc.UnaryServerInterceptor {

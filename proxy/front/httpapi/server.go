@@ -407,6 +407,17 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, shape func(front.Failure) an
 	case cl >= 0:
 		b, err = readAsItArrives(stream, cl)
 	default: // chunked: one byte past the limit at most
+		if hasContentLength(&ctx.Request.Header) {
+			// Content-Length as well as chunked: an intermediary that frames by the length would
+			// take the rest of this body as the next request (request smuggling). fasthttp
+			// follows the chunking and would keep the connection; RFC 9112 §6.1 says to close it
+			// after answering, and the request is refused rather than guessed at.
+			_, _ = io.Copy(io.Discard, io.LimitReader(stream, drainBytes))
+			ctx.SetConnectionClose()
+			s.writeError(ctx, shape, front.Failure{HTTPStatus: http.StatusBadRequest, Type: "invalid_request_error",
+				Message: "request has both Content-Length and Transfer-Encoding: chunked"})
+			return false
+		}
 		b, err = io.ReadAll(io.LimitReader(stream, int64(limit)+1))
 		if err == nil && len(b) > limit {
 			return s.refuseBody(ctx, shape, stream)
@@ -423,6 +434,17 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, shape func(front.Failure) an
 	}
 	ctx.Request.SetBodyRaw(b)
 	return true
+}
+
+// hasContentLength reports whether the request's headers, as received, include Content-Length
+// (fasthttp's ContentLength is -1 for a chunked request, whichever of the two came first).
+func hasContentLength(h *fasthttp.RequestHeader) bool {
+	for k := range h.AllInOrder() {
+		if strings.EqualFold(string(k), fasthttp.HeaderContentLength) {
+			return true
+		}
+	}
+	return false
 }
 
 // readAsItArrives reads a body of cl bytes, its buffer grown as the bytes arrive (doubling, to
