@@ -82,11 +82,14 @@ func scoreMain(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 			return err
 		}
 		for i, l := range g.Logits {
+			// truncated_tokens, only when the document was cut to fit --max-tokens: DESIGN says
+			// the response says how many tokens were cut; an uncut line keeps the three fields.
 			out := struct {
-				Index int     `json:"index"`
-				Score float64 `json:"score"`
-				Logit float32 `json:"logit"`
-			}{lo + i, model.Sigmoid(float64(l)), l}
+				Index     int     `json:"index"`
+				Score     float64 `json:"score"`
+				Logit     float32 `json:"logit"`
+				Truncated int     `json:"truncated_tokens,omitempty"`
+			}{lo + i, model.Sigmoid(float64(l)), l, g.Truncated[i]}
 			if err := enc.Encode(&out); err != nil {
 				return err
 			}

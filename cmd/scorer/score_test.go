@@ -76,6 +76,12 @@ func TestScoreCommand(t *testing.T) {
 	if strings.Count(out.String(), "\n") != 1 {
 		t.Errorf("stdin output: %q", out.String())
 	}
+	var cut struct {
+		Truncated int `json:"truncated_tokens"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &cut); err != nil || cut.Truncated <= 0 {
+		t.Errorf("a document cut to --max-tokens 100: %q (%v); want truncated_tokens > 0", out.String(), err)
+	}
 }
 
 func TestReadDocuments(t *testing.T) {
