@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"time"
@@ -70,6 +71,22 @@ type Config struct {
 	// MaxRequestBytes is gRPC's maximum received message size in bytes; 0 means derived from
 	// MaxItems × MaxItemBytes plus 1 MiB of headroom.
 	MaxRequestBytes int `yaml:"max_request_bytes"`
+	// RecvTimeout bounds how long a gRPC call's request message may take to arrive, from its
+	// headers (for a stream, its first message). A ScoreBatch's deadline applies only from the
+	// handler on, once the message has arrived, and grpc-go has no bound of its own: a client
+	// that sent headers and part of a message, with no deadline, held its stream and the bytes
+	// it had sent (up to the receive limit, max_request_bytes) for as long as it kept the
+	// connection open. Such a call is ended CANCELLED (internal/grpcrecv). The proxy always
+	// sends deadlines; this is for the other callers a node may be exposed to. 0: no limit.
+	RecvTimeout time.Duration `yaml:"recv_timeout"`
+	// MaxConcurrentStreams bounds the calls one gRPC connection may have open at once (HTTP/2
+	// SETTINGS_MAX_CONCURRENT_STREAMS; a client that ignores it has the extra streams refused
+	// with REFUSED_STREAM). grpc-go's default is no limit: one connection could open streams
+	// without end, each a goroutine and buffers on the node. 0 means derived (see
+	// maxConcurrentStreams): the most a proxy can usefully have open, so that the limit never
+	// holds back a call the node would take; -1 means no limit; a value set must be at least
+	// the derived one.
+	MaxConcurrentStreams int64 `yaml:"max_concurrent_streams"`
 	// Cost is the real engine's cost coefficients (a s/token, b s/attended pair, c s/batch),
 	// measured elsewhere (`bench calibrate`); the node starts from them instead of timing passes
 	// at start-up, then learns from every pass. All zero means none. The emulated engine starts
@@ -125,6 +142,7 @@ func Default() Config {
 		BF16Matmul:        kernels.BF16MatmulAuto,
 		PrefixCacheBytes:  256 << 20,
 		DrainTimeout:      30 * time.Second,
+		RecvTimeout:       10 * time.Second,
 		Calibrate:         true,
 		CalibrationBudget: 3 * time.Second,
 		// A day: long enough for every restart of a working day, short enough that a host
@@ -202,6 +220,7 @@ func (c *Config) Validate() error {
 		{"prefix_cache_bytes", c.PrefixCacheBytes, 0},
 		{"max_request_bytes", int64(c.MaxRequestBytes), 0},
 		{"memory_limit", c.MemoryLimit, -1},
+		{"max_concurrent_streams", c.MaxConcurrentStreams, -1},
 	} {
 		if f.v < f.min {
 			errs = append(errs, fmt.Errorf("%s: must be ≥ %d, got %d", f.name, f.min, f.v))
@@ -212,12 +231,23 @@ func (c *Config) Validate() error {
 		v    time.Duration
 	}{
 		{"drain_timeout", c.DrainTimeout},
+		{"recv_timeout", c.RecvTimeout},
 		{"calibration_budget", c.CalibrationBudget},
 		{"calibration_cache_max_age", c.CalibrationCacheMaxAge},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must be ≥ 0, got %v", f.name, f.v))
 		}
+	}
+	if need := c.neededStreams(); c.MaxConcurrentStreams > 0 && c.MaxConcurrentStreams < need {
+		// A proxy's calls past the limit would wait in its own connection for a free stream
+		// (grpc-go's client queues them, spending their deadlines) instead of being queued or
+		// refused by the node, which the proxy routes around.
+		errs = append(errs, fmt.Errorf("max_concurrent_streams: must be 0 (derived: %d), -1 (no limit) or ≥ %d (max_queue_batches %d + max_batch_tokens %d / %d + %d: the calls a proxy can have open on this node), got %d",
+			need, need, c.MaxQueueBatches, c.MaxBatchTokens, minBatchTokens, streamsReserve, c.MaxConcurrentStreams))
+	}
+	if c.MaxConcurrentStreams > math.MaxUint32 {
+		errs = append(errs, fmt.Errorf("max_concurrent_streams: must be ≤ %d, got %d", uint32(math.MaxUint32), c.MaxConcurrentStreams))
 	}
 	if c.MoEPolicy != "" {
 		if _, err := kernels.ParseMoEPolicy(c.MoEPolicy); err != nil {
@@ -246,4 +276,38 @@ func (c *Config) maxRecvBytes() int {
 		n = 1 << 30
 	}
 	return int(n)
+}
+
+// minBatchTokens is fewer tokens than any batch holds in a forward pass: each holds its prompt
+// template (~75 tokens with the default instruction, ~60 with an empty one), its query and an
+// item. It bounds how many batches one pass runs: max_batch_tokens / minBatchTokens.
+const minBatchTokens = 32
+
+// streamsReserve is the streams kept beside the node's work for calls that hold one briefly:
+// health checks, and calls being received, refused (queue full, draining) or answered.
+const streamsReserve = 64
+
+// neededStreams is the most streams the node's own limits let a caller usefully hold open on one
+// connection: a call per batch the queue takes (max_queue_batches, queued or tokenizing), per
+// batch the running pass holds (max_batch_tokens / minBatchTokens; one pass at a time), and
+// streamsReserve. Past it every call is refused at once by the node (RESOURCE_EXHAUSTED, queue
+// full), so a stream limit of at least this never holds back work the node would take. A proxy
+// has no cap of its own on its calls to a node (it opens one connection per node, see
+// proxy/cluster, and sends each batch when it is planned), and a gRPC client that reaches a
+// connection's limit does not fail the call: it waits for a stream to free, silently spending the
+// call's deadline. At the defaults: 256 + 8192/32 + 64 = 576.
+func (c *Config) neededStreams() int64 {
+	return int64(c.MaxQueueBatches) + (int64(c.MaxBatchTokens)+minBatchTokens-1)/minBatchTokens + streamsReserve
+}
+
+// maxConcurrentStreams is the HTTP/2 stream limit per connection the config implies; 0: none.
+func (c *Config) maxConcurrentStreams() uint32 {
+	switch {
+	case c.MaxConcurrentStreams < 0:
+		return 0
+	case c.MaxConcurrentStreams == 0:
+		return uint32(min(c.neededStreams(), math.MaxUint32))
+	default:
+		return uint32(c.MaxConcurrentStreams)
+	}
 }

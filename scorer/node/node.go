@@ -25,6 +25,11 @@
 // Broken closed), because the engine's state, its prefix cache above all, can no longer be
 // trusted.
 //
+// The gRPC server bounds what one caller can hold: a call whose request message has not arrived
+// within Config.RecvTimeout of its headers is cut off (internal/grpcrecv), and one connection may
+// have at most Config.MaxConcurrentStreams calls open (derived by default from the queue and
+// pass limits, so that it never holds back a proxy's calls).
+//
 // A Node is safe for concurrent use. Create it with New, then Start; Shutdown once.
 package node
 
@@ -54,6 +59,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/relevance-scoring/relevance/costmodel"
+	"github.com/relevance-scoring/relevance/internal/grpcrecv"
 	"github.com/relevance-scoring/relevance/internal/grpcutf8"
 	pb "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/scorer"
@@ -163,10 +169,20 @@ func New(cfg Config, load LoadFunc, opt Options) (*Node, error) {
 	for _, svc := range []string{"", scorerService} {
 		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
-	n.grpcSrv = grpc.NewServer(
+	sopts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(grpcutf8.Codec()),
-		grpc.ChainUnaryInterceptor(n.intercept),
-		grpc.MaxRecvMsgSize(cfg.maxRecvBytes()))
+		// The receive timer's stop first: the message is in before any other work runs.
+		grpc.ChainUnaryInterceptor(grpcrecv.UnaryServerInterceptor, n.intercept),
+		grpc.ChainStreamInterceptor(grpcrecv.StreamServerInterceptor),
+		grpc.MaxRecvMsgSize(cfg.maxRecvBytes()),
+	}
+	if ms := cfg.maxConcurrentStreams(); ms > 0 {
+		sopts = append(sopts, grpc.MaxConcurrentStreams(ms))
+	}
+	if cfg.RecvTimeout > 0 {
+		sopts = append(sopts, grpc.InTapHandle(grpcrecv.TapHandle(cfg.RecvTimeout)))
+	}
+	n.grpcSrv = grpc.NewServer(sopts...)
 	pb.RegisterScorerServer(n.grpcSrv, &service{n: n})
 	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
 	reflection.Register(n.grpcSrv)

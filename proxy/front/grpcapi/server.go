@@ -30,8 +30,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/tap"
 
+	"github.com/relevance-scoring/relevance/internal/grpcrecv"
 	"github.com/relevance-scoring/relevance/internal/grpcutf8"
 	"github.com/relevance-scoring/relevance/internal/reqid"
 	relevancev1 "github.com/relevance-scoring/relevance/proto/relevance/v1"
@@ -65,7 +65,7 @@ type Config struct {
 	// budget (the call's deadline, else the SLO) starts only in the handler, once the message has
 	// arrived: without this a client that sends headers and part of a message, with no deadline,
 	// held its stream and the bytes it had sent (up to max_recv_bytes) for as long as it kept
-	// the connection open. Such a call is ended CANCELLED. 0: no limit.
+	// the connection open. Such a call is ended CANCELLED (internal/grpcrecv). 0: no limit.
 	RecvTimeout time.Duration `yaml:"recv_timeout"`
 }
 
@@ -172,14 +172,14 @@ func New(cfg Config, opts Options) (*Server, error) {
 		// grpcutf8 answers INVALID_ARGUMENT, naming the field, for a request that could not be
 		// decoded (invalid UTF-8, malformed protobuf), where grpc-go would answer INTERNAL.
 		grpc.ForceServerCodecV2(grpcutf8.Codec()),
-		grpc.ChainUnaryInterceptor(stopRecvTimerUnary, metricsInterceptor(opts.Metrics), recoveryInterceptor(log), s.drainInterceptor, grpcutf8.UnaryServerInterceptor),
-		grpc.ChainStreamInterceptor(stopRecvTimerStream),
+		grpc.ChainUnaryInterceptor(grpcrecv.UnaryServerInterceptor, metricsInterceptor(opts.Metrics), recoveryInterceptor(log), s.drainInterceptor, grpcutf8.UnaryServerInterceptor),
+		grpc.ChainStreamInterceptor(grpcrecv.StreamServerInterceptor),
 	}
 	if cfg.MaxConcurrentStreams > 0 {
 		sopts = append(sopts, grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams))
 	}
 	if cfg.RecvTimeout > 0 {
-		sopts = append(sopts, grpc.InTapHandle(recvTimeoutTap(cfg.RecvTimeout)))
+		sopts = append(sopts, grpc.InTapHandle(grpcrecv.TapHandle(cfg.RecvTimeout)))
 	}
 	s.gs = grpc.NewServer(sopts...)
 	relevancev1.RegisterRankerServer(s.gs, &ranker{core: opts.Core})
@@ -320,60 +320,6 @@ func (r *ranker) Score(ctx context.Context, req *relevancev1.ScoreRequest) (*rel
 		return nil, status.Error(codes.Internal, "core returned no response")
 	}
 	return resp, nil
-}
-
-// recvTimerKey is the context key of a call's receive timer (recvTimeoutTap).
-type recvTimerKey struct{}
-
-// recvTimeoutTap arms, when a call's headers arrive, a timer that cancels the call if its
-// request message has not arrived within d (grpc.recv_timeout); the interceptors stop it once it
-// has. A call's deadline (or the SLO, which the core applies) bounds it only from the handler on,
-// and grpc-go has no bound of its own on the wait for the message: a client sending headers and
-// part of a message, and no more, held the stream and its buffered bytes indefinitely. The
-// context is the stream's, which grpc-go cancels when the stream ends, releasing this child.
-func recvTimeoutTap(d time.Duration) tap.ServerInHandle {
-	return func(ctx context.Context, _ *tap.Info) (context.Context, error) {
-		ctx, cancel := context.WithCancel(ctx)
-		t := time.AfterFunc(d, cancel)
-		return context.WithValue(ctx, recvTimerKey{}, t), nil
-	}
-}
-
-// stopRecvTimer stops ctx's receive timer: the request message has arrived.
-func stopRecvTimer(ctx context.Context) {
-	if t, ok := ctx.Value(recvTimerKey{}).(*time.Timer); ok {
-		t.Stop()
-	}
-}
-
-func stopRecvTimerUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	stopRecvTimer(ctx)
-	return handler(ctx, req)
-}
-
-// stopRecvTimerStream stops a streaming call's receive timer once its first message has arrived
-// (health Watch's request; reflection's first request). A stream the client opens without
-// sending is cut off by it too.
-func stopRecvTimerStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if _, ok := ss.Context().Value(recvTimerKey{}).(*time.Timer); !ok {
-		return handler(srv, ss)
-	}
-	return handler(srv, &firstRecvStream{ServerStream: ss})
-}
-
-// firstRecvStream stops the receive timer after its first RecvMsg.
-type firstRecvStream struct {
-	grpc.ServerStream
-	done bool
-}
-
-func (s *firstRecvStream) RecvMsg(m any) error {
-	err := s.ServerStream.RecvMsg(m)
-	if !s.done {
-		s.done = true
-		stopRecvTimer(s.Context())
-	}
-	return err
 }
 
 func recoveryInterceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
