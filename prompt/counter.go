@@ -122,19 +122,50 @@ func (c *Counter) Tail() int { return c.tail }
 // Exact reports whether the counts are the nodes' own (CountExact), not an estimate.
 func (c *Counter) Exact() bool { return c.exact }
 
-// ItemExact is Item counted with the shipped tokenizer, as a node counts it, whichever kind c is:
-// for the few items whose exact count decides something (one near the nodes' prompt limit under
-// TRUNCATION_NONE is refused or computed). The estimator's count when the tokenizer cannot load.
+// ItemExact is Item counted with the shipped tokenizer, as a node counts it, whichever kind c is
+// (the template tail too): for the few items whose exact count decides something (one near the
+// nodes' prompt limit under TRUNCATION_NONE is refused or computed). Compare it with a limit
+// left by PrefixExact, not by Prefix: an estimated prefix is a few tokens off, which moved the
+// decision. The estimator's count when the tokenizer cannot load.
 func (c *Counter) ItemExact(text string) int {
-	if c.exact {
-		return c.Item(text)
+	if x := c.exactCounter(); x != nil {
+		return x.Item(text)
 	}
-	tok, err := spanTokenizer()
-	if err != nil {
-		return c.Item(text)
-	}
-	return len(tok.EncodePlain(" "+text)) + c.tail
+	return c.Item(text)
 }
+
+// PrefixExact is Prefix counted with the shipped tokenizer, as a node counts it, whichever kind
+// c is (see ItemExact).
+func (c *Counter) PrefixExact(instruction, query string) int {
+	if x := c.exactCounter(); x != nil {
+		return x.Prefix(instruction, query)
+	}
+	return c.Prefix(instruction, query)
+}
+
+// TailExact is Tail counted with the shipped tokenizer (see ItemExact).
+func (c *Counter) TailExact() int {
+	if x := c.exactCounter(); x != nil {
+		return x.Tail()
+	}
+	return c.Tail()
+}
+
+// exactCounter is c when it counts exactly, else the exact counter (loaded on first use); nil
+// when the tokenizer cannot load.
+func (c *Counter) exactCounter() *Counter {
+	if c.exact {
+		return c
+	}
+	x, err := sharedExact()
+	if err != nil {
+		return nil
+	}
+	return x
+}
+
+// sharedExact is the exact counter the estimator's ItemExact and PrefixExact count with.
+var sharedExact = sync.OnceValues(func() (*Counter, error) { return NewCounter(CountExact) })
 
 // Item is one item's own tokens: the document and the template tail.
 func (c *Counter) Item(text string) int {

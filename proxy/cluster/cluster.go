@@ -302,7 +302,7 @@ func (c *Cluster) Models() []string {
 }
 
 // ModelOf is the model name that the healthy nodes last answering with fingerprint fp reported
-// (the first in order, should they disagree); served says whether any healthy node did. During
+// (the alphabetically first, should they disagree); served says whether any healthy node did. During
 // an update that renames the model, Models holds both names: this is the one that goes with
 // the scores of fp.
 func (c *Cluster) ModelOf(fp string) (name string, served bool) {
@@ -468,6 +468,7 @@ func (c *Cluster) Status() []NodeStatus {
 	now := time.Now()
 	out := []NodeStatus{}
 	for _, n := range c.Snapshot() {
+		id := n.identity() // one read: a name is never shown beside another reply's fingerprint
 		out = append(out, NodeStatus{
 			Addr:                n.addr,
 			Kind:                n.kind,
@@ -483,8 +484,8 @@ func (c *Cluster) Status() []NodeStatus {
 			SpeedRatio:          1 / n.ownScale(c.cfg.Prior),
 			WarmingSamples:      n.warmingLeft(),
 			Samples:             n.samples.Load(),
-			Model:               n.identity().model,
-			Fingerprint:         n.Fingerprint(),
+			Model:               id.model,
+			Fingerprint:         id.fingerprint,
 			Emulated:            n.emulated.Load(),
 			MaxItems:            n.Limits().MaxItems,
 			MaxPromptTokens:     n.maxPrompt.Load(),

@@ -446,6 +446,7 @@ func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string
 	}
 	if c := itemCap(req.GetOptions(), prefix, pl.counter.Tail(), cands); c > 0 {
 		none := req.GetOptions().GetTruncation() == relevancev1.Truncation_TRUNCATION_NONE
+		exactCap := 0 // c from the exact prefix and tail, counted for the first item near c
 		for i := range toks {
 			// Under TRUNCATION_NONE an item over the cap is refused (TOO_LONG) by the node having
 			// only been tokenized. Priced at the cap, a document past the limit made admission
@@ -455,8 +456,15 @@ func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string
 			// item the estimate puts near or past the cap (an estimate a few per cent off either
 			// way would price a fitting item at nothing, or a refused one at the cap).
 			if none && 10*toks[i] > 9*c {
+				// Against the cap the exact prefix and tail leave, as the node decides: the
+				// estimated prefix is some 10 tokens over on a short query, which put an item
+				// whose prompt fits within those tokens of the limit past the cap, priced at
+				// nothing while the node computes it whole.
+				if exactCap == 0 {
+					exactCap = itemCap(req.GetOptions(), pl.counter.PrefixExact(req.GetInstruction(), req.GetQuery()), pl.counter.TailExact(), cands)
+				}
 				toks[i] = pl.counter.ItemExact(req.GetItems()[i].GetText())
-				if toks[i] > c {
+				if toks[i] > exactCap {
 					toks[i] = 1
 				}
 				continue

@@ -404,3 +404,47 @@ func TestCutKeepsEveryItemOnceInOrder(t *testing.T) {
 		t.Errorf("a batch within the limit is cut into %d pieces", len(p))
 	}
 }
+
+// TestNoneItemAtTheLimitIsPricedAsComputed: under TRUNCATION_NONE, whether an item near the nodes'
+// prompt limit is refused is decided on the whole prompt as a node counts it: the exact prefix,
+// the exact document and the exact template tail. An item whose prompt is exactly the limit is
+// computed by the node, so it is priced at its tokens; one token more and the node refuses it,
+// priced at nothing. The decision compared the exact document against the cap left by the
+// estimated prefix (~10 tokens over on a short query) plus the estimated tail, so an item
+// within ~10 tokens under the limit was priced at 1 token although the node computes it in
+// full: the most expensive item a request can hold, left out of admission's projection.
+func TestNoneItemAtTheLimitIsPricedAsComputed(t *testing.T) {
+	c := startCluster(t, 1)
+	est, err := prompt.NewCounter(prompt.CountEstimate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact, err := prompt.NewCounter(prompt.CountExact)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planner := NewPlanner(Config{MaxBatchItems: 4}, est, cost.New(), c, NewPlacer(c, roundrobin.New(0)))
+	const query = "usb-c charger"
+	doc := strings.Repeat("charger cable port watt ", 230)
+	item := exact.Item(doc)
+	whole := exact.Prefix("", query) + item // the prompt's tokens as a node counts them
+	none := &relevancev1.ScoreOptions{Truncation: relevancev1.Truncation_TRUNCATION_NONE}
+	for _, tc := range []struct {
+		name  string
+		limit int
+		want  int
+	}{
+		{"prompt exactly at the limit (computed)", whole, item},
+		{"prompt one token over the limit (refused)", whole - 1, 1},
+	} {
+		c.Snapshot()[0].Observe(&relevancev1.ScoreBatchResponse{MaxPromptTokens: uint32(tc.limit)}, time.Now())
+		pl := planner.Plan(&relevancev1.ScoreRequest{Query: query, Items: []*relevancev1.Item{{Text: doc}}, Options: none}, "r", "")
+		if pl == nil {
+			t.Fatal("no plan")
+		}
+		pl.Release()
+		if got := pl.ItemTokens[0]; got != tc.want {
+			t.Errorf("%s: node limit %d, prompt %d tokens (item %d): planned at %d tokens, want %d", tc.name, tc.limit, whole, item, got, tc.want)
+		}
+	}
+}
