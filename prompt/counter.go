@@ -22,6 +22,7 @@ const (
 type Counter struct {
 	head, tail int
 	plain      func(string) int
+	plainUpTo  func(text string, limit int) int // exact counters only: tokenizer.CountPlainUpTo
 	exact      bool
 }
 
@@ -40,10 +41,11 @@ func NewCounter(kind string) (*Counter, error) {
 		return nil, fmt.Errorf("token counter: %w", err)
 	}
 	return &Counter{
-		head:  len(tok.Encode(HeadText)),
-		tail:  len(tok.Encode(TailText)),
-		plain: func(s string) int { return len(tok.EncodePlain(s)) },
-		exact: true,
+		head:      len(tok.Encode(HeadText)),
+		tail:      len(tok.Encode(TailText)),
+		plain:     func(s string) int { return len(tok.EncodePlain(s)) },
+		plainUpTo: tok.CountPlainUpTo,
+		exact:     true,
 	}, nil
 }
 
@@ -124,14 +126,28 @@ func (c *Counter) Exact() bool { return c.exact }
 
 // ItemExact is Item counted with the shipped tokenizer, as a node counts it, whichever kind c is
 // (the template tail too): for the few items whose exact count decides something (one near the
-// nodes' prompt limit under TRUNCATION_NONE is refused or computed). Compare it with a limit
-// left by PrefixExact, not by Prefix: an estimated prefix is a few tokens off, which moved the
-// decision. The estimator's count when the tokenizer cannot load.
+// nodes' prompt limit under TRUNCATION_NONE is refused or computed; ItemExactUpTo decides that
+// without counting a long document whole). Compare it with a limit left by PrefixExact, not by
+// Prefix: an estimated prefix is a few tokens off, which moved the decision. The estimator's
+// count when the tokenizer cannot load.
 func (c *Counter) ItemExact(text string) int {
 	if x := c.exactCounter(); x != nil {
 		return x.Item(text)
 	}
 	return c.Item(text)
+}
+
+// ItemExactUpTo is ItemExact(text) when that is at most limit, and otherwise some count over
+// limit (tokenizer.CountPlainUpTo: more pre-tokens than limit, or the ids of the pieces merged
+// until the count passed it), so ItemExactUpTo(text, limit) > limit exactly when ItemExact(text) >
+// limit. A 64 KB document against an 8K limit is found over after scanning about half of it, with
+// no merging, where ItemExact merges it whole.
+func (c *Counter) ItemExactUpTo(text string, limit int) int {
+	x := c.exactCounter()
+	if x == nil {
+		return c.Item(text)
+	}
+	return x.plainUpTo(" "+text, limit-x.tail) + x.tail
 }
 
 // PrefixExact is Prefix counted with the shipped tokenizer, as a node counts it, whichever kind

@@ -91,18 +91,57 @@ func (t *Tokenizer) appendPlain(dst []int32, text string) []int32 {
 	if len(text) == 0 {
 		return dst
 	}
-	if t.nfc && !isASCII(text) && !norm.NFC.IsNormalString(text) {
-		text = nfc(text)
-	}
-	if t.addPrefixSpace && text[0] != ' ' {
-		text = " " + text
-	}
+	text = t.normalize(text)
 	for i := 0; i < len(text); {
 		j := t.split(text, i)
 		dst = t.appendWord(dst, text[i:j])
 		i = j
 	}
 	return dst
+}
+
+// normalize is non-empty text as the pre-tokenizer reads it: NFC (when the tokenizer's normalizer
+// is) and the prefix space (when it adds one).
+func (t *Tokenizer) normalize(text string) string {
+	if t.nfc && !isASCII(text) && !norm.NFC.IsNormalString(text) {
+		text = nfc(text)
+	}
+	if t.addPrefixSpace && text[0] != ' ' {
+		text = " " + text
+	}
+	return text
+}
+
+// CountPlainUpTo is len(EncodePlain(text)) when that is at most limit, and otherwise some count
+// over limit, found with less work than the whole count: what a proxy needs to decide whether a
+// 64 KB document fits an 8K prompt. Exact by construction, with no argument about where the text
+// may be cut (a prefix cut before a space or a line break can count more tokens than the whole
+// text: " a        \n " 3, " a        \n    \n" 2): the whole text is normalized and
+// pre-tokenized as EncodePlain does it, the pre-tokenizer's look-ahead seeing the real text after
+// each piece, and each pre-token merges on its own into at least one id. So any number of
+// pre-tokens is a lower bound, and so are the ids of the first pieces: a text of more pre-tokens
+// than limit (prose: some 1.2 ids a piece) is over it without any merging, and otherwise the
+// merging stops at the first piece that takes the count past limit.
+func (t *Tokenizer) CountPlainUpTo(text string, limit int) int {
+	if len(text) == 0 {
+		return 0
+	}
+	text = t.normalize(text)
+	pieces := 0
+	for i := 0; i < len(text) && pieces <= limit; pieces++ {
+		i = t.split(text, i)
+	}
+	if pieces > limit {
+		return pieces
+	}
+	var buf [64]int32
+	n := 0
+	for i := 0; i < len(text) && n <= limit; {
+		j := t.split(text, i)
+		n += len(t.appendWord(buf[:0], text[i:j]))
+		i = j
+	}
+	return n
 }
 
 func isASCII(s string) bool {

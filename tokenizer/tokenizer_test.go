@@ -418,3 +418,25 @@ func TestShippedFile(t *testing.T) {
 		t.Errorf("DefaultJSON: %d bytes, sha256 %s; want 11422654 bytes, %s", len(data), got, want)
 	}
 }
+
+// TestCountPlainUpToStopsPastTheLimit: CountPlainUpTo encodes a long text only until its count
+// passes the limit (what makes deciding that a 64 KB document is over an 8K cap cheap), so the
+// count it returns is the limit plus at most the last pre-token's ids, not the text's own; a text
+// within the limit is counted whole.
+func TestCountPlainUpToStopsPastTheLimit(t *testing.T) {
+	tok, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat(" charger cable port watt", 20000) // one token per word: 80,000
+	if got := tok.CountPlainUpTo(long, 8192); got != 8193 {
+		t.Errorf("CountPlainUpTo(80,000-token text, 8192) = %d, want 8193 (stopped at the first piece past the limit)", got)
+	}
+	short := long[:24*100]
+	if got, want := tok.CountPlainUpTo(short, 8192), len(tok.EncodePlain(short)); got != want {
+		t.Errorf("CountPlainUpTo(text within the limit) = %d, want its whole count %d", got, want)
+	}
+	if got := tok.CountPlainUpTo("", 0); got != 0 {
+		t.Errorf("CountPlainUpTo(\"\", 0) = %d, want 0", got)
+	}
+}

@@ -463,8 +463,17 @@ func (pl *Planner) plan(req *relevancev1.ScoreRequest, reqID, fingerprint string
 				if exactCap == 0 {
 					exactCap = itemCap(req.GetOptions(), pl.counter.PrefixExact(req.GetInstruction(), req.GetQuery()), pl.counter.TailExact(), cands)
 				}
-				toks[i] = pl.counter.ItemExact(req.GetItems()[i].GetText())
-				if toks[i] > exactCap {
+				// Counted only as far as the cap (ItemExactUpTo): an item of 64 KB against an 8K
+				// cap is known to be over once 8K of its pre-tokens are found, where counting it
+				// whole made planning a request of 250 such items take 384 ms against 121 ms
+				// without TRUNCATION_NONE (twice when admission replans). An exact counter's own
+				// count is already the exact one.
+				n := raw[i]
+				if !pl.counter.Exact() {
+					n = pl.counter.ItemExactUpTo(req.GetItems()[i].GetText(), exactCap)
+				}
+				toks[i] = n
+				if n > exactCap {
 					toks[i] = 1
 				}
 				continue

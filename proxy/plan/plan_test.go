@@ -28,7 +28,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var prior = costmodel.Coeffs{A: 1e-3, B: 1e-7, C: 0.01}
 
 // startCluster starts n fake nodes and a cluster over them, ready.
-func startCluster(t *testing.T, n int) *cluster.Cluster {
+func startCluster(t testing.TB, n int) *cluster.Cluster {
 	t.Helper()
 	nodes, err := fakenode.StartCluster(n, fakenode.Options{})
 	if err != nil {
