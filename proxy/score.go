@@ -161,23 +161,26 @@ func (p *Proxy) Score(ctx context.Context, req *relevancev1.ScoreRequest) (resp 
 
 // lateness says whether a request whose batches ended with results ran late: its deadline
 // passed, or a batch ended DEADLINE_EXCEEDED (a node refused it as unable to finish in time, or
-// it ran out of time) — even one whose request goes on with partial results. judged is false
-// when that says nothing about admission's margin: a batch was lost to a node failure, or a
-// node was counted slow for one (a fault: outlier detection's business), or the request was
-// late although its plan left it more than half the budget (projected is the plan's finish,
-// budget the time it had): an error of 2× and more is a fault, which no margin short of refusing
-// everything covers.
+// it ran out of time) — even one whose request goes on with partial results, or a piece of a
+// batch cut to a node's item limit (dispatch.Result.ItemErrs). judged is false when that says
+// nothing about admission's margin: a batch was lost to a node failure, or a node was counted
+// slow for one (a fault: outlier detection's business), or the request was late although its
+// plan left it more than half the budget (projected is the plan's finish, budget the time it
+// had): an error of 2× and more is a fault, which no margin short of refusing everything covers.
 func lateness(ctx context.Context, results []dispatch.Result, projected, budget float64) (late, judged bool) {
 	answered, fault := true, false
 	deadline := errors.Is(ctx.Err(), context.DeadlineExceeded)
 	for _, r := range results {
 		fault = fault || r.Slow
-		switch {
-		case r.Err == nil:
-		case status.Code(r.Err) == codes.DeadlineExceeded || errors.Is(r.Err, context.DeadlineExceeded):
-			deadline = true
-		default:
-			answered = false
+		// A batch's error, or those of the failed pieces of a batch cut and answered in part.
+		for _, err := range append([]error{r.Err}, r.ItemErrs...) {
+			switch {
+			case err == nil:
+			case status.Code(err) == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded):
+				deadline = true
+			default:
+				answered = false
+			}
 		}
 	}
 	switch {

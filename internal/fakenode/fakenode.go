@@ -17,11 +17,12 @@
 // so tests can check merging.
 //
 // Tests steer a node while it runs: SetCost / SetLatency (slow node: the node learns it from its
-// passes), FailNext / SetFailing (failing node, any gRPC code), SetHang (a stalled device: passes
-// hold until their callers have gone), SetServing (health flips, seen by grpc.health.v1 Watch),
-// SetReportedLoad (extra backlog in NodeLoad), SetModel / SetNamedModel (another model, swapped in
-// place), and read Calls / Batches / Items. They go through the node's test hooks
-// (node.Node.SetScript, SetServing, SetEngine). All methods are safe for concurrent use.
+// passes), FailNext / SetFailing (failing node, any gRPC code), FailItems (the calls holding
+// given items fail), SetHang (a stalled device: passes hold until their callers have gone),
+// SetServing (health flips, seen by grpc.health.v1 Watch), SetReportedLoad (extra backlog in
+// NodeLoad), SetModel / SetNamedModel (another model, swapped in place), and read Calls /
+// Batches / Items. They go through the node's test hooks (node.Node.SetScript, SetServing,
+// SetEngine). All methods are safe for concurrent use.
 //
 //	n, err := fakenode.Start(fakenode.Options{Coeffs: costmodel.Coeffs{A: 1e-5, C: 1e-3}})
 //	defer n.Close()
@@ -43,6 +44,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/relevance-scoring/relevance/costmodel"
+	pb "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/scorer"
 	"github.com/relevance-scoring/relevance/scorer/node"
 )
@@ -98,6 +100,9 @@ type Node struct {
 	failNext int
 	failCode codes.Code
 	failing  bool
+	// failItem and failItemCode: FailItems.
+	failItem     func(text string) bool
+	failItemCode codes.Code
 
 	closeOnce sync.Once
 }
@@ -134,7 +139,7 @@ func Start(opts Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fakenode: %w", err)
 	}
-	nd.SetScript(node.Script{OnCall: n.onCall, ReportedLoad: n.reportedLoad})
+	nd.SetScript(node.Script{OnCall: n.onCall, OnBatch: n.onBatch, ReportedLoad: n.reportedLoad})
 	if err := nd.Start(); err != nil {
 		return nil, fmt.Errorf("fakenode: %w", err)
 	}
@@ -159,6 +164,22 @@ func (n *Node) onCall() error {
 		n.failNext--
 	}
 	return status.Errorf(n.failCode, "fakenode %s: injected failure", n.Addr())
+}
+
+// onBatch fails a validated call that holds an item FailItems picks.
+func (n *Node) onBatch(req *pb.ScoreBatchRequest) error {
+	n.mu.Lock()
+	pick, code := n.failItem, n.failItemCode
+	n.mu.Unlock()
+	if pick == nil {
+		return nil
+	}
+	for i, it := range req.GetItems() {
+		if pick(it.GetText()) {
+			return status.Errorf(code, "fakenode %s: injected failure of items[%d]", n.Addr(), i)
+		}
+	}
+	return nil
 }
 
 func (n *Node) reportedLoad() float64 { return math.Float64frombits(n.reportLoad.Load()) }
@@ -205,6 +226,15 @@ func (n *Node) SetFailing(on bool, code codes.Code) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.failing, n.failCode = on, code
+}
+
+// FailItems makes every call that holds an item whose text pick accepts fail at once with code,
+// after the node's own checks (so a batch over MaxItems is still refused for its size first);
+// nil pick: none fails so.
+func (n *Node) FailItems(pick func(text string) bool, code codes.Code) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.failItem, n.failItemCode = pick, code
 }
 
 // SetHang stalls the node's device (on): every pass holds until its callers have all gone (their

@@ -57,7 +57,9 @@
 //     nothing and the pieces are the same work); their replies are joined into the batch's. The
 //     node's refusal is never the caller's INVALID_ARGUMENT: if the batch cannot be cut (the
 //     request has ended), it fails FAILED_PRECONDITION naming the limit, which the request
-//     answers as UNAVAILABLE.
+//     answers as UNAVAILABLE. A piece that fails for good fails the batch in fail-fast mode; with
+//     partial results, only when every piece failed: else the batch is answered, the failed
+//     pieces' items FAILED (Result.ItemErrs), so that the scores the other pieces got are kept.
 //   - In fail-fast mode the first batch that fails for good cancels the others.
 //   - Probe: a node back from an outlier ejection (package cluster: probation) gets a copy of the
 //     request's smallest batch (at most the items the node takes per request), sent beside the
@@ -73,6 +75,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -146,6 +149,12 @@ type Result struct {
 	Err     error
 	Retries int
 	Hedges  int
+	// ItemErrs, when set (only in a run that is not fail-fast), are the batch's failed items: it
+	// was cut (see the package doc) and some of its pieces failed while others were answered.
+	// One per item of the batch, in its order: the error of the failed piece that held it, nil
+	// for the items answered; Resp holds an ITEM_STATUS_FAILED score for each failed one, and
+	// only the answered pieces' usage, model and fingerprint. Err is then nil.
+	ItemErrs []error
 	// Slow: a node the batch was sent to was counted slow for it (outlier detection's evidence
 	// of a fault) or found stalled, so its lateness says nothing about the projections.
 	Slow bool
@@ -188,7 +197,7 @@ func (d *Dispatcher) Run(ctx context.Context, p *plan.Plan, failFast bool) (resu
 		first := b.Lease
 		b.Lease = nil // the dispatcher owns it now
 		wg.Go(func() {
-			r := d.runBatch(bctx, b, first, p.ItemTokens)
+			r := d.runBatch(bctx, b, first, p.ItemTokens, failFast)
 			results[bi] = r
 			if r.Err != nil && failFast {
 				failOnce.Do(func() { firstErr = r.Err; stop() })
@@ -252,8 +261,9 @@ func (d *Dispatcher) probe(ctx context.Context, p *plan.Plan) {
 
 // runBatch sends one batch (first to the node leased at planning time, when there is one),
 // retrying once on another node under the retry budget, or cutting it to the item limit of a
-// node that refused it whole (itemTokens: the plan's, to price the pieces).
-func (d *Dispatcher) runBatch(ctx context.Context, b *plan.Batch, first *plan.Lease, itemTokens []int) Result {
+// node that refused it whole (itemTokens: the plan's, to price the pieces; failFast: the run's,
+// see cut).
+func (d *Dispatcher) runBatch(ctx context.Context, b *plan.Batch, first *plan.Lease, itemTokens []int, failFast bool) Result {
 	d.budget.deposit()
 	var tried []*cluster.Node
 	var res Result
@@ -293,7 +303,7 @@ func (d *Dispatcher) runBatch(ctx context.Context, b *plan.Batch, first *plan.Le
 		}
 	}
 	if k := backend.ItemLimit(res.Err); k > 0 && k < len(b.Items) && ctx.Err() == nil {
-		return d.cut(ctx, b, k, itemTokens, res)
+		return d.cut(ctx, b, k, itemTokens, failFast, res)
 	}
 	res.Err = requestFields(res.Err, b.Items)
 	return res
@@ -301,46 +311,79 @@ func (d *Dispatcher) runBatch(ctx context.Context, b *plan.Batch, first *plan.Le
 
 // cut runs b as pieces of at most k items, after a node refused it whole for its own limit of k
 // items per request (refused: that outcome), and joins the pieces' outcomes into b's. A piece
-// refused again (by a node of a smaller limit) is cut again, so it ends: pieces only shrink.
-func (d *Dispatcher) cut(ctx context.Context, b *plan.Batch, k int, itemTokens []int, refused Result) Result {
+// refused again (by a node of a smaller limit) is cut again, so it ends: pieces only shrink. A
+// failed piece fails b when failFast or when every piece failed (with the first piece's error);
+// otherwise b is answered with the failed pieces' items FAILED (Result.ItemErrs), as merge
+// answers a failed batch's items with partial results.
+func (d *Dispatcher) cut(ctx context.Context, b *plan.Batch, k int, itemTokens []int, failFast bool, refused Result) Result {
 	pieces := b.Cut(k, itemTokens)
 	rs := make([]Result, len(pieces))
 	var wg sync.WaitGroup
 	for i, pc := range pieces {
-		wg.Go(func() { rs[i] = d.runBatch(ctx, pc, nil, itemTokens) })
+		wg.Go(func() { rs[i] = d.runBatch(ctx, pc, nil, itemTokens, failFast) })
 	}
 	wg.Wait()
 	out := Result{Retries: refused.Retries, Hedges: refused.Hedges, Slow: refused.Slow}
-	parts := make([]*relevancev1.ScoreBatchResponse, len(rs))
-	for i, r := range rs {
+	for _, r := range rs {
 		out.Retries += r.Retries
 		out.Hedges += r.Hedges
 		out.Slow = out.Slow || r.Slow
 		if r.Err != nil && out.Err == nil {
 			out.Err = r.Err // already naming the request's items (requestFields)
 		}
-		parts[i] = r.Resp
 	}
-	if out.Err == nil {
-		out.Resp, out.Err = joinReplies(parts)
+	if out.Err != nil && failFast {
+		return out
+	}
+	resp, itemErrs, err := joinReplies(pieces, rs)
+	switch {
+	case err != nil:
+		out.Err = err
+	case len(itemErrs) > 0 && !slices.Contains(itemErrs, nil):
+		// Every piece failed (or every item of those answered by a piece cut again): the batch
+		// failed, as a batch that was not cut would have.
+		if out.Err == nil {
+			out.Err = itemErrs[0]
+		}
+	default:
+		out.Resp, out.ItemErrs, out.Err = resp, itemErrs, nil
 	}
 	return out
 }
 
-// joinReplies is the reply of a batch cut into pieces (cut), from the pieces' replies in item
+// joinReplies is the reply of a batch cut into pieces (cut), from the pieces' outcomes rs in item
 // order: their scores indexed in the batch, usage summed, the largest queue and compute time of a
 // piece (what merge reads of a batch), and the model and fingerprint they share (none when a
 // piece came without one, so that none of the batch's scores is cached as the served model's).
 // Each piece's reply was learned from when it came. Pieces answered by nodes of two fingerprints
 // (a rolling update, with the request not pinned to one) must not be mixed: UNAVAILABLE, as the
-// request's own batches would be (proxy.oneModel).
-func joinReplies(parts []*relevancev1.ScoreBatchResponse) (*relevancev1.ScoreBatchResponse, error) {
+// request's own batches would be (proxy.oneModel). A failed piece (one with an error: whatever
+// reply it holds, such as another model's, is not read) stands as ITEM_STATUS_FAILED scores of
+// its items, with nothing in usage, model or fingerprint; itemErrs (nil when no piece failed)
+// gives each item of the batch its piece's error, nil for the answered ones.
+func joinReplies(pieces []*plan.Batch, rs []Result) (resp *relevancev1.ScoreBatchResponse, itemErrs []error, err error) {
 	out := &relevancev1.ScoreBatchResponse{Usage: &relevancev1.Usage{}, Stats: &relevancev1.BatchStats{}}
 	anonymous := false
-	for _, p := range parts {
-		for _, s := range p.GetScores() {
+	failed := false
+	for i, r := range rs {
+		if r.Err != nil {
+			failed = true
+			for range pieces[i].Items {
+				itemErrs = append(itemErrs, r.Err)
+				out.Scores = append(out.Scores, &relevancev1.ItemScore{Index: uint32(len(out.Scores)), Status: relevancev1.ItemStatus_ITEM_STATUS_FAILED, Error: r.Err.Error()})
+			}
+			continue
+		}
+		p := r.Resp
+		for j, s := range p.GetScores() {
 			s.Index = uint32(len(out.Scores))
 			out.Scores = append(out.Scores, s)
+			var e error
+			if j < len(r.ItemErrs) { // a piece cut again, some of its own pieces failed
+				e = r.ItemErrs[j]
+				failed = failed || e != nil
+			}
+			itemErrs = append(itemErrs, e)
 		}
 		if u := p.GetUsage(); u != nil {
 			out.Usage.PromptTokens += u.GetPromptTokens()
@@ -361,13 +404,16 @@ func joinReplies(parts []*relevancev1.ScoreBatchResponse) (*relevancev1.ScoreBat
 		case out.ModelFingerprint == "":
 			out.ModelFingerprint = fp
 		case fp != out.ModelFingerprint:
-			return nil, status.Errorf(codes.Unavailable, "the model changed while the batch was served (fingerprints %s and %s); retry", out.ModelFingerprint, fp)
+			return nil, nil, status.Errorf(codes.Unavailable, "the model changed while the batch was served (fingerprints %s and %s); retry", out.ModelFingerprint, fp)
 		}
 	}
 	if anonymous {
 		out.ModelFingerprint = ""
 	}
-	return out, nil
+	if !failed {
+		itemErrs = nil
+	}
+	return out, itemErrs, nil
 }
 
 // requestFields rewrites a node's INVALID_ARGUMENT about one of the batch's items ("items[2].text",

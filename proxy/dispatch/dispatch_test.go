@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -209,17 +210,12 @@ func TestOversizedMessageIsNoShed(t *testing.T) {
 // batch would: scores indexed in the batch in order, usage summed, the model they share; pieces
 // of two models are not mixed.
 func TestJoinRepliesOfACutBatch(t *testing.T) {
-	piece := func(fp string, scores ...float32) *relevancev1.ScoreBatchResponse {
-		r := &relevancev1.ScoreBatchResponse{Model: "m", ModelFingerprint: fp, Usage: &relevancev1.Usage{PromptTokens: 10, ItemTokens: 4},
-			Stats: &relevancev1.BatchStats{ComputeSeconds: float64(len(scores))}}
-		for j, s := range scores {
-			r.Scores = append(r.Scores, &relevancev1.ItemScore{Index: uint32(j), Score: s})
-		}
-		return r
-	}
-	got, err := joinReplies([]*relevancev1.ScoreBatchResponse{piece("f", 0.1, 0.2), piece("f", 0.3), piece("f", 0.4, 0.5)})
+	got, itemErrs, err := join(answered("f", 0.1, 0.2), answered("f", 0.3), answered("f", 0.4, 0.5))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if itemErrs != nil {
+		t.Errorf("item errors %v with every piece answered", itemErrs)
 	}
 	if err := checkReply(got, 5); err != nil {
 		t.Fatal(err)
@@ -233,10 +229,64 @@ func TestJoinRepliesOfACutBatch(t *testing.T) {
 		got.GetModelFingerprint() != "f" || got.GetStats().GetComputeSeconds() != 2 {
 		t.Errorf("joined reply %v", got)
 	}
-	if _, err := joinReplies([]*relevancev1.ScoreBatchResponse{piece("f", 0.1), piece("g", 0.2)}); status.Code(err) != codes.Unavailable {
+	if _, _, err := join(answered("f", 0.1), answered("g", 0.2)); status.Code(err) != codes.Unavailable {
 		t.Errorf("pieces of two models joined: err %v, want Unavailable", err)
 	}
-	if got, _ := joinReplies([]*relevancev1.ScoreBatchResponse{piece("f", 0.1), piece("", 0.2)}); got.GetModelFingerprint() != "" {
+	if got, _, _ := join(answered("f", 0.1), answered("", 0.2)); got.GetModelFingerprint() != "" {
 		t.Errorf("a piece without a fingerprint joined under %q", got.GetModelFingerprint())
 	}
+}
+
+// TestJoinRepliesWithAFailedPiece: with partial results, a failed piece of a cut batch stands as
+// FAILED scores of its items, each with the piece's error in itemErrs, and adds nothing else to
+// the reply: no usage, and no fingerprint, so that the answered pieces' scores are still the
+// served model's (and whatever reply the failed piece holds, such as another model's refused one,
+// is not read). A piece cut again passes on its own failed items.
+func TestJoinRepliesWithAFailedPiece(t *testing.T) {
+	boom := status.Error(codes.Unavailable, "node x: boom")
+	failed := answered("g", 0.9, 0.9) // another model's reply, refused (codes.Aborted in call)
+	failed.Err = boom
+	again := answered("f", 0.5, 0.6)
+	again.Resp.Scores[1] = &relevancev1.ItemScore{Index: 1, Status: relevancev1.ItemStatus_ITEM_STATUS_FAILED}
+	again.ItemErrs = []error{nil, boom}
+	got, itemErrs, err := join(answered("f", 0.1, 0.2), failed, again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkReply(got, 6); err != nil {
+		t.Fatal(err)
+	}
+	if want := []error{nil, nil, boom, boom, nil, boom}; !slices.Equal(itemErrs, want) {
+		t.Fatalf("item errors %v, want %v", itemErrs, want)
+	}
+	for j, s := range got.GetScores() {
+		if f := s.GetStatus() == relevancev1.ItemStatus_ITEM_STATUS_FAILED; f != (itemErrs[j] != nil) {
+			t.Errorf("scores[%d] status %s with item error %v", j, s.GetStatus(), itemErrs[j])
+		}
+	}
+	if got.GetScores()[2].GetError() != boom.Error() {
+		t.Errorf("failed piece's item error %q, want %q", got.GetScores()[2].GetError(), boom.Error())
+	}
+	if got.GetModelFingerprint() != "f" || got.GetUsage().GetPromptTokens() != 20 || got.GetStats().GetComputeSeconds() != 2 {
+		t.Errorf("joined reply %v: want fingerprint f and the usage and stats of the two answered pieces", got)
+	}
+}
+
+// answered is a piece's outcome: a reply of model m (fingerprint fp) with these scores.
+func answered(fp string, scores ...float32) Result {
+	r := &relevancev1.ScoreBatchResponse{Model: "m", ModelFingerprint: fp, Usage: &relevancev1.Usage{PromptTokens: 10, ItemTokens: 4},
+		Stats: &relevancev1.BatchStats{ComputeSeconds: float64(len(scores))}}
+	for j, s := range scores {
+		r.Scores = append(r.Scores, &relevancev1.ItemScore{Index: uint32(j), Score: s})
+	}
+	return Result{Resp: r}
+}
+
+// join joins the outcomes of pieces of as many items as their replies hold.
+func join(rs ...Result) (*relevancev1.ScoreBatchResponse, []error, error) {
+	pieces := make([]*plan.Batch, len(rs))
+	for i, r := range rs {
+		pieces[i] = &plan.Batch{Items: make([]int, len(r.Resp.GetScores()))}
+	}
+	return joinReplies(pieces, rs)
 }

@@ -5,7 +5,9 @@
 //   - Outcome: a request fails when any batch failed and partial results are not allowed, or
 //     when every batch failed; its error is the first failure (or the fail-fast cause), mapped by
 //     RequestError. With partial results allowed, the items of failed batches are
-//     ITEM_STATUS_FAILED with the batch's error, and the rest are scored.
+//     ITEM_STATUS_FAILED with the batch's error, and the rest are scored; so are the items of a
+//     batch cut into pieces of which some failed (dispatch.Result.ItemErrs): FAILED with their
+//     piece's error, worded the same.
 //   - Ranking: indices of the scored items (status OK, TRUNCATED or unspecified; never TOO_LONG
 //     or FAILED), best score first, ties by the lower index, cut to top_n when top_n > 0. Every
 //     front reads ScoreResponse.ranking rather than sorting again.
@@ -75,15 +77,22 @@ func Merge(ctx context.Context, in Input) (*relevancev1.ScoreResponse, error) {
 		b := in.Plan.Batches[bi]
 		tm.Retries += uint32(r.Retries)
 		tm.Hedges += uint32(r.Hedges)
+		failed := func(i int, msg string) *relevancev1.ItemScore {
+			return &relevancev1.ItemScore{Index: uint32(i), Id: req.GetItems()[i].GetId(), Status: relevancev1.ItemStatus_ITEM_STATUS_FAILED, Error: msg}
+		}
 		if r.Err != nil {
 			msg := RequestError(ctx, r.Err).Error()
 			for _, i := range b.Items {
-				out.Scores[i] = &relevancev1.ItemScore{Index: uint32(i), Id: req.GetItems()[i].GetId(), Status: relevancev1.ItemStatus_ITEM_STATUS_FAILED, Error: msg}
+				out.Scores[i] = failed(i, msg)
 			}
 			continue
 		}
 		for j, s := range r.Resp.GetScores() {
 			i := b.Items[j]
+			if j < len(r.ItemErrs) && r.ItemErrs[j] != nil {
+				out.Scores[i] = failed(i, RequestError(ctx, r.ItemErrs[j]).Error())
+				continue
+			}
 			s.Index = uint32(i)
 			s.Id = req.GetItems()[i].GetId()
 			out.Scores[i] = s

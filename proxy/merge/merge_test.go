@@ -138,6 +138,31 @@ func TestMergeFailures(t *testing.T) {
 	}
 }
 
+// TestMergeFailedPieces: a batch answered with some items failed (a cut batch whose piece failed:
+// dispatch.Result.ItemErrs) keeps its other items' scores; the failed ones are FAILED with the
+// piece's error worded as a failed batch's, and left out of the ranking.
+func TestMergeFailedPieces(t *testing.T) {
+	req, p := twoBatchPlan()
+	boom := status.Error(codes.Unavailable, "node x: boom")
+	cut := reply("m", 0.8, 0)
+	cut.Scores[1] = &relevancev1.ItemScore{Index: 1, Status: relevancev1.ItemStatus_ITEM_STATUS_FAILED, Error: boom.Error()}
+	res := []dispatch.Result{{Resp: cut, ItemErrs: []error{nil, boom}}, {Resp: reply("m", 0.3, 0.9)}}
+	out, err := Merge(context.Background(), Input{Req: req, Plan: p, Results: res, Partial: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := out.GetScores()[3]; s.GetStatus() != relevancev1.ItemStatus_ITEM_STATUS_FAILED || s.GetId() != "d" || s.GetIndex() != 3 ||
+		s.GetError() != RequestError(context.Background(), boom).Error() {
+		t.Errorf("item 3, of the failed piece: %+v", s)
+	}
+	if s := out.GetScores()[1]; s.GetStatus() != relevancev1.ItemStatus_ITEM_STATUS_OK || s.GetScore() != 0.8 || s.GetId() != "b" {
+		t.Errorf("item 1, of the answered piece: %+v", s)
+	}
+	if diff := cmp.Diff([]uint32{2, 1, 0}, out.GetRanking()); diff != "" {
+		t.Errorf("ranking (-want +got):\n%s", diff)
+	}
+}
+
 func TestRequestError(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()

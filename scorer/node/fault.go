@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/relevance-scoring/relevance/internal/sleep"
+	pb "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/scorer"
 )
 
@@ -156,6 +157,14 @@ func (fl *faults) failCall() error {
 	}
 	fl.f.FailNext--
 	return status.Errorf(fl.code, "injected fault (fail_next, %d left)", fl.f.FailNext)
+}
+
+// failBatch is the error a script's OnBatch fails this validated request with, or nil.
+func (fl *faults) failBatch(req *pb.ScoreBatchRequest) error {
+	if fl == nil || fl.script.OnBatch == nil {
+		return nil
+	}
+	return fl.script.OnBatch(req)
 }
 
 // reportedLoad is a script's phantom backlog in seconds (0 without one).

@@ -637,6 +637,10 @@ func (s *service) ScoreBatch(ctx context.Context, req *pb.ScoreBatchRequest) (*p
 		}
 		return nil, st.Err()
 	}
+	if err := n.sched.fault.failBatch(req); err != nil {
+		n.m.errors.WithLabelValues(reasonInjected).Inc()
+		return nil, err
+	}
 	// Refuse before tokenizing when the queue is already full: under overload, tokenizing
 	// batches that will be turned away takes the cores from the forward pass.
 	if err := ctx.Err(); err != nil { // the caller has gone: not even tokenizing for it

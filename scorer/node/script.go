@@ -9,6 +9,7 @@ package node
 import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	pb "github.com/relevance-scoring/relevance/proto/relevance/v1"
 	"github.com/relevance-scoring/relevance/scorer"
 )
 
@@ -18,6 +19,11 @@ type Script struct {
 	// check; a non-nil error (a gRPC status) fails the call with it, as fault injection's
 	// fail_next does (counted as reason "injected").
 	OnCall func() error
+	// OnBatch runs on every ScoreBatch call whose request passed the node's own checks (a batch
+	// over max_items is refused for its size before it), with that request; a non-nil error (a
+	// gRPC status) fails the call with it, counted as reason "injected". A test fails the calls
+	// that hold particular items with it.
+	OnBatch func(*pb.ScoreBatchRequest) error
 	// ReportedLoad is seconds of phantom backlog added to the queued cost that every NodeLoad and
 	// /v1/status report, as if other proxies had queued work here. It is reported as it is, NaN
 	// or infinite included (a buggy node).
