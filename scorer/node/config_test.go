@@ -2,13 +2,11 @@ package node
 
 import (
 	"os"
-	"reflect"
-	"regexp"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"gopkg.in/yaml.v3"
+
+	"github.com/relevance-scoring/relevance/internal/yamlconf"
 )
 
 const exampleConfig = "../../configs/scorer.yaml"
@@ -38,22 +36,11 @@ func TestExampleConfigDocumentsEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(b, &doc); err != nil {
+	missing, err := yamlconf.Undocumented(b, Config{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	typ := reflect.TypeOf(Config{})
-	for i := range typ.NumField() {
-		key, _, _ := strings.Cut(typ.Field(i).Tag.Get("yaml"), ",")
-		if key == "" || key == "-" {
-			continue
-		}
-		if _, ok := doc[key]; ok {
-			continue
-		}
-		if regexp.MustCompile(`(?m)^# ` + regexp.QuoteMeta(key) + `:`).Match(b) {
-			continue
-		}
+	for _, key := range missing {
 		t.Errorf("configs/scorer.yaml lacks %s", key)
 	}
 }

@@ -2,13 +2,13 @@ package serve
 
 import (
 	"os"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"gopkg.in/yaml.v3"
+
+	"github.com/relevance-scoring/relevance/internal/yamlconf"
 )
 
 const exampleConfig = "../../../configs/proxy.yaml"
@@ -37,31 +37,13 @@ func TestExampleConfigDocumentsEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(b, &doc); err != nil {
+	missing, err := yamlconf.Undocumented(b, Config{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	var walk func(typ reflect.Type, node map[string]any, path string)
-	walk = func(typ reflect.Type, node map[string]any, path string) {
-		for i := range typ.NumField() {
-			f := typ.Field(i)
-			key, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			if key == "" || key == "-" {
-				continue
-			}
-			v, ok := node[key]
-			if !ok {
-				t.Errorf("configs/proxy.yaml lacks %s%s", path, key)
-				continue
-			}
-			ft := f.Type
-			if ft.Kind() == reflect.Struct && ft != reflect.TypeOf(time.Duration(0)) {
-				sub, _ := v.(map[string]any)
-				walk(ft, sub, path+key+".")
-			}
-		}
+	for _, key := range missing {
+		t.Errorf("configs/proxy.yaml lacks %s", key)
 	}
-	walk(reflect.TypeOf(Config{}), doc, "")
 }
 
 func TestParse(t *testing.T) {
