@@ -70,3 +70,23 @@ func TestResultIsEmulatedWhenTheProxySaysSo(t *testing.T) {
 		}
 	}
 }
+
+// TestResultIsEmulatedWhenTheRunEndsBeforeTheFirstPoll: the proxy says a node is emulated only
+// once it has answered (the flag comes with a node's replies), and the poller asked every
+// NodesEvery: a run whose replies all came after the last poll (here, one shorter than the
+// interval) was not labelled EMULATED. The poller asks once more as the run ends.
+func TestResultIsEmulatedWhenTheRunEndsBeforeTheFirstPoll(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `[{"addr":"127.0.0.1:7101","inflight_cost_seconds":0,"emulated":true}]`)
+	}))
+	defer srv.Close()
+	cfg := Config{Target: sleepTarget{10 * time.Millisecond}, Trace: smallTrace(t), Rate: 100,
+		Duration: 100 * time.Millisecond, SLO: time.Second, Seed: 1, NodesURL: srv.URL, NodesEvery: time.Second}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Emulated {
+		t.Errorf("a %v run against a proxy reporting an emulated node: result not labelled emulated", cfg.Duration)
+	}
+}

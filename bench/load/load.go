@@ -220,6 +220,10 @@ func runOpen(ctx context.Context, cfg Config, prepared []Prepared, r *recorder, 
 			lat := time.Since(intended)
 			if measured {
 				r.add(sample{at: at, latency: lat, items: p.items, kind: kindOrEmpty(err)})
+			} else if err == nil && at+lat >= cfg.Warmup {
+				// A warm-up request answered in the window: a reply the window's rates count
+				// (the window's first latency holds only such replies).
+				r.addWarmReply(at+lat, lat, p.items)
 			}
 		}()
 	}
@@ -275,8 +279,8 @@ type recorder struct {
 	samples        []sample
 	ok, errs       int64
 	recent         *hdrhistogram.Histogram // since the last progress tick
-	// warm: closed loop, the successful replies to warm-up requests that arrived after the
-	// warm-up, by arrival (since start).
+	// warm: the successful replies to warm-up requests that arrived after the warm-up (at is
+	// their send time since start).
 	warm []sample
 }
 
@@ -377,6 +381,15 @@ func (r *recorder) result(cfg Config, start, end time.Time, nodes []NodeSample) 
 	var okLat []time.Duration                       // successful requests' latencies, for exact percentiles
 	lastDone := cfg.Duration
 	windows := map[int]*window{}
+	// The plot's points: every stride-th success, so that past maxPoints they thin out evenly
+	// over the run instead of stopping partway.
+	var okCount int
+	for _, s := range r.samples {
+		if s.kind == "" {
+			okCount++
+		}
+	}
+	stride := max(1, (okCount+maxPoints-1)/maxPoints)
 	for _, s := range r.samples {
 		res.Requests++
 		sec := int(s.at / time.Second)
@@ -410,29 +423,37 @@ func (r *recorder) result(cfg Config, start, end time.Time, nodes []NodeSample) 
 				goodInWindow++
 			}
 		}
-		if len(res.Points) < maxPoints {
+		if (res.OK-1)%int64(stride) == 0 {
 			res.Points = append(res.Points, Point{T: s.at.Seconds(), Ms: ms(s.latency)})
 		}
 	}
-	if cfg.Rate == 0 {
-		// Replies in the window to requests sent in the warm-up are replies in the window too:
-		// left out, the window's first round of replies is missing and the rate reads low by
-		// about one latency over the window.
-		for _, s := range r.warm {
-			if s.at+s.latency <= cfg.Duration {
-				inWindow++
-				itemsInWindow += int64(s.items)
-				if s.latency <= cfg.SLO {
-					goodInWindow++
-				}
+	// Replies in the window to requests sent in the warm-up are replies in the window too: left
+	// out, the window's first round of replies is missing and the rate reads low by about one
+	// latency over the window (both loops).
+	var warmOK, warmItems, warmGood int64 // open loop: every one (its window ends at the last reply)
+	for _, s := range r.warm {
+		d := s.at + s.latency
+		if d > lastDone {
+			lastDone = d
+		}
+		warmOK++
+		warmItems += int64(s.items)
+		if s.latency <= cfg.SLO {
+			warmGood++
+		}
+		if d <= cfg.Duration {
+			inWindow++
+			itemsInWindow += int64(s.items)
+			if s.latency <= cfg.SLO {
+				goodInWindow++
 			}
 		}
 	}
-	// The measurement window runs from the end of warm-up until the last measured reply (at
-	// least the scheduled duration), so a backlog drained after the schedule ends lowers the
-	// throughput instead of vanishing.
+	// The measurement window runs from the end of warm-up until the last reply (at least the
+	// scheduled duration), so a backlog drained after the schedule ends lowers the throughput
+	// instead of vanishing.
 	elapsed := (lastDone - cfg.Warmup).Seconds()
-	okN, itemsN, goodN := res.OK, items, good
+	okN, itemsN, goodN := res.OK+warmOK, items+warmItems, good+warmGood
 	if cfg.Rate == 0 {
 		// Closed loop: the workers' last requests straddle the end; like wrk, count the replies
 		// that arrived within the window over the window, so the rate is not diluted by a tail.
@@ -463,8 +484,14 @@ func (r *recorder) result(cfg Config, start, end time.Time, nodes []NodeSample) 
 			slices.Sort(all)
 		}
 		res.P99AllMs = ms(NearestRank(all, 0.99))
-		res.MaxMs = float64(h.Max()) / 1000
-		res.MeanMs = h.Mean() / 1000
+		// Exact too: the histogram's max is the top of its bucket, its mean of bucket midpoints,
+		// and it drops a value past its range (about 17.9 min; --timeout may be longer).
+		res.MaxMs = ms(okLat[len(okLat)-1])
+		var sum float64
+		for _, l := range okLat {
+			sum += float64(l)
+		}
+		res.MeanMs = sum / float64(len(okLat)) / float64(time.Millisecond)
 		for _, p := range cdfQuantiles {
 			res.CDF = append(res.CDF, Quantile{Q: p / 100, Ms: q(p)})
 		}

@@ -87,3 +87,48 @@ func TestP99OfAllWhenEveryRequestFailed(t *testing.T) {
 		t.Errorf("all %d failed: p99 of all %.1f ms, want the 30 s timeout", res.Errors, res.P99AllMs)
 	}
 }
+
+// TestMaxAndMeanAreExactAndCoverLatenciesPastTheHistogramRange: max_ms and mean_ms describe
+// the same successes as the exact percentiles. The HDR histogram tracks 1 µs … 10 min (about
+// 17.9 min once its buckets round up): a slower reply (--timeout 1h) was dropped from it
+// silently, so max read below p99.9 and the mean left it out; and its max is the top of a
+// bucket, its mean of bucket midpoints (every reply 1000 ms read max 1000.4, mean 1000.2).
+func TestMaxAndMeanAreExactAndCoverLatenciesPastTheHistogramRange(t *testing.T) {
+	cfg := reviewCfg(t)
+	cfg.Timeout = time.Hour
+	var ss []sample
+	for i := range 99 {
+		ss = append(ss, sample{at: time.Duration(i) * time.Second, latency: time.Second})
+	}
+	ss = append(ss, sample{at: 99 * time.Second, latency: 40 * time.Minute})
+	res := resultOf(t, cfg, ss)
+	wantMean := float64(99*1000+2_400_000) / 100
+	if res.MaxMs != 2_400_000 || res.P999ms != 2_400_000 || res.MeanMs != wantMean {
+		t.Errorf("max %.1f ms, p99.9 %.1f ms, mean %.2f ms; want 2400000, 2400000 and %.2f (one reply of 40 min)",
+			res.MaxMs, res.P999ms, res.MeanMs, wantMean)
+	}
+	res = resultOf(t, reviewCfg(t), ss[:99]) // every reply exactly 1 s
+	if res.MaxMs != 1000 || res.MeanMs != 1000 {
+		t.Errorf("every reply 1000 ms: max %v ms, mean %v ms; want 1000 and 1000", res.MaxMs, res.MeanMs)
+	}
+}
+
+// TestLatencyOverTimePointsSpanTheWholeRun: the latency-over-time plot draws at most maxPoints
+// requests; past that it must thin them evenly over the run, not keep the first ones (150,000
+// replies over 150 s drew only the first 100 s, as if the run had ended there).
+func TestLatencyOverTimePointsSpanTheWholeRun(t *testing.T) {
+	cfg := reviewCfg(t)
+	cfg.Duration = 150 * time.Second
+	const n = 150_000
+	ss := make([]sample, n)
+	for i := range ss {
+		ss[i] = sample{at: time.Duration(i) * time.Millisecond, latency: 5 * time.Millisecond}
+	}
+	res := resultOf(t, cfg, ss)
+	if len(res.Points) == 0 || len(res.Points) > maxPoints {
+		t.Fatalf("%d points, want 1..%d", len(res.Points), maxPoints)
+	}
+	if first, last := res.Points[0].T, res.Points[len(res.Points)-1].T; first > 1 || last < 149 {
+		t.Errorf("points span %.1f–%.1f s of a 0–150 s run", first, last)
+	}
+}

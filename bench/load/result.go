@@ -25,9 +25,10 @@ type Result struct {
 	Concurrency int     `json:"concurrency,omitempty"`
 	DurationSec float64 `json:"duration_s"`
 	WarmupSec   float64 `json:"warmup_s"`
-	// ElapsedSec is the measurement window: end of warm-up to the last measured reply (open
-	// loop), or end of warm-up to the end of the duration (closed loop: like wrk, the rates
-	// count only replies that arrived within it).
+	// ElapsedSec is the measurement window: end of warm-up to the last reply (open loop), or
+	// end of warm-up to the end of the duration (closed loop: like wrk, the rates count only
+	// replies that arrived within it). Either way the rates count the window's replies to
+	// warm-up requests too.
 	ElapsedSec float64 `json:"elapsed_s"`
 	SLOms      float64 `json:"slo_ms"`
 	// Emulated: the nodes are emulated (timings from a cost profile), as the proxy's /v1/nodes
@@ -117,6 +118,13 @@ func (r *Result) Summary() string {
 			latency = strings.Replace(latency, "latency", "latency of the ok", 1) +
 				fmt.Sprintf("  (p99 of all, failures at the timeout: %.1f ms)", r.P99AllMs)
 		}
+		// Where latency is measured from decides what it means (coordinated omission): say it.
+		switch r.Mode {
+		case "open":
+			latency += "  [from each request's intended send time]"
+		case "closed":
+			latency += "  [from each request's actual send]"
+		}
 	}
 	return fmt.Sprintf("requests %d  ok %d  errors %d %v\n%s\nthroughput %.2f req/s  %.1f items/s  goodput(≤%.0f ms) %.2f req/s (%.1f%%)",
 		r.Requests, r.OK, r.Errors, kinds, latency,
@@ -199,6 +207,7 @@ func (w Window) MarshalJSON() ([]byte, error) {
 // nodePoller polls the proxy's /v1/nodes.
 type nodePoller struct {
 	cancel  context.CancelFunc
+	done    chan struct{} // closed by stop: poll once more, then return
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	samples []NodeSample
@@ -206,8 +215,31 @@ type nodePoller struct {
 
 func startNodePoller(ctx context.Context, url string, every time.Duration, start time.Time) *nodePoller {
 	ctx, cancel := context.WithCancel(ctx)
-	p := &nodePoller{cancel: cancel}
+	p := &nodePoller{cancel: cancel, done: make(chan struct{})}
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	poll := func() {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return
+		}
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return
+		}
+		now := time.Since(start).Seconds()
+		loads := ParseNodes(b)
+		p.mu.Lock()
+		for _, l := range loads {
+			l.T = now
+			p.samples = append(p.samples, l)
+		}
+		p.mu.Unlock()
+	}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -217,37 +249,23 @@ func startNodePoller(ctx context.Context, url string, every time.Duration, start
 			select {
 			case <-ctx.Done():
 				return
+			case <-p.done:
+				// Once more at the end: a node is known to be emulated only once it has
+				// answered, and the last replies may have come after the last tick.
+				poll()
+				return
 			case <-t.C:
 			}
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-			if err != nil {
-				return
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				continue
-			}
-			b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-			resp.Body.Close()
-			if err != nil || resp.StatusCode != http.StatusOK {
-				continue
-			}
-			now := time.Since(start).Seconds()
-			loads := ParseNodes(b)
-			p.mu.Lock()
-			for _, l := range loads {
-				l.T = now
-				p.samples = append(p.samples, l)
-			}
-			p.mu.Unlock()
+			poll()
 		}
 	}()
 	return p
 }
 
 func (p *nodePoller) stop() []NodeSample {
-	p.cancel()
+	close(p.done)
 	p.wg.Wait()
+	p.cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.samples

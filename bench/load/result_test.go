@@ -126,3 +126,16 @@ func TestSummaryWithSuccesses(t *testing.T) {
 		t.Errorf("JSON %s lacks p50_ms 12.5", b)
 	}
 }
+
+// TestSummarySaysWhereLatencyIsMeasuredFrom: open-loop latency counts from each request's
+// intended send time (a late generator's delay is charged to the server, no coordinated
+// omission), closed-loop latency from the actual send; the same figure means different things,
+// so the printed summary says which.
+func TestSummarySaysWhereLatencyIsMeasuredFrom(t *testing.T) {
+	for mode, want := range map[string]string{"open": "intended send time", "closed": "actual send"} {
+		r := &Result{Mode: mode, Requests: 1, OK: 1, ErrorsBy: map[string]int64{}, P50ms: 3}
+		if s := r.Summary(); !strings.Contains(s, want) {
+			t.Errorf("%s loop summary does not say latency is from the %s:\n%s", mode, want, s)
+		}
+	}
+}
