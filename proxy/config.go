@@ -171,10 +171,12 @@ type OutlierConfig struct {
 	// SlowMin is the shortest time a batch must run to count as slow. Default 50ms.
 	SlowMin time.Duration `yaml:"slow_min" json:"slow_min"`
 	// BaseEjection is the first ejection's length; the n-th lasts n × BaseEjection, up to
-	// MaxEjection. Default 1s and 30s.
+	// MaxEjection, counting from the last time the node served well for MaxEjection after an
+	// ejection. Default 1s and 30s.
 	BaseEjection time.Duration `yaml:"base_ejection" json:"base_ejection"`
 	MaxEjection  time.Duration `yaml:"max_ejection" json:"max_ejection"`
-	// MaxEjectionPercent bounds the share of nodes ejected at once (at least one node may always
+	// MaxEjectionPercent bounds the share of nodes ejected, or back on probation and not yet
+	// past their probe, at once (at least one node may always
 	// be ejected when there are two or more). Default 10, as Envoy's: detection must never take
 	// a loaded cluster's capacity away wholesale.
 	MaxEjectionPercent int `yaml:"max_ejection_percent" json:"max_ejection_percent"`

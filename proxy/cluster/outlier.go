@@ -25,8 +25,8 @@ type OutlierConfig struct {
 // for n × BaseEjection (n its ejection count, capped at MaxEjection), then comes back on
 // probation: it takes probes (copies of batches other nodes also run; TakeProbe) rather than
 // requests' own batches, one slow outcome ejects it again and one OK outcome ends the probation. At most
-// MaxEjectionPercent of the nodes are ejected at once (at least one when there are two or more),
-// so detection never empties the cluster.
+// MaxEjectionPercent of the nodes are ejected or on probation at once (at least one when there are
+// two or more), so detection never empties the cluster.
 
 // outlierFactor is how much slower than the median of the others a node must be to be ejected.
 const outlierFactor = 2.0
@@ -43,7 +43,8 @@ func (n *Node) observeSlowness(ratio float64) {
 }
 
 // ReportOK records a call sent at sent that ended in time at now, ratio its latency ÷ projected
-// finish. Only a call sent after the node's last ejection ends its probation: one already out
+// finish, and forgives the node's past ejections once it has served well for MaxEjection since
+// the last one ended. Only a call sent after the node's last ejection ends its probation: one already out
 // when the node was ejected (a small batch queued behind the slow ones, answered in time) says
 // nothing of whether the node has recovered, and ending the probation on it sent the node back
 // to full traffic without a probe, to be ejected again only after ConsecutiveSlow more misses.
@@ -53,9 +54,24 @@ func (c *Cluster) ReportOK(n *Node, sent, now time.Time, ratio float64) {
 	if sent.UnixNano() < n.ejectedAt.Load() {
 		return
 	}
-	if n.probation.Swap(false) && now.Sub(time.Unix(0, n.ejectedUntil.Load())) > c.cfg.Outlier.MaxEjection {
-		n.ejections.Store(0)
+	n.probation.Store(false)
+	// A node that has served well for longer than MaxEjection since its last ejection ended
+	// starts again from BaseEjection. (Checked on every OK outcome, not only the one that ends
+	// the probation: under traffic that one follows the ejection at once, so the count was never
+	// forgiven and every later slow spell, however rare, cost the node MaxEjection.) Under
+	// ejectMu, so that an ejection being made does not lose its count.
+	if n.ejections.Load() > 0 && c.quietSince(n, now) {
+		c.ejectMu.Lock()
+		if c.quietSince(n, now) {
+			n.ejections.Store(0)
+		}
+		c.ejectMu.Unlock()
 	}
+}
+
+// quietSince reports whether n's last ejection ended more than MaxEjection before now.
+func (c *Cluster) quietSince(n *Node, now time.Time) bool {
+	return now.Sub(time.Unix(0, n.ejectedUntil.Load())) > c.cfg.Outlier.MaxEjection
 }
 
 // ReportSlow records a slow outcome (counted once per call; ratio its latency ÷ projected finish
@@ -83,9 +99,13 @@ func (c *Cluster) ReportSlow(n *Node, now time.Time, ratio float64) {
 	if len(members) >= 2 {
 		limit = max(limit, 1)
 	}
+	// A node on probation counts as out: it takes probes, not requests' batches, while another
+	// node can (Eligible). Uncounted, each slow node could be ejected in turn while the last
+	// sat on probation, and the share bounded nothing. n's own probation does not count: a slow
+	// probe sends it back out.
 	ejected := 0
 	for _, m := range members {
-		if m.Ejected(now) {
+		if m != n && (m.Ejected(now) || m.probation.Load() && m.healthy.Load()) {
 			ejected++
 		}
 	}

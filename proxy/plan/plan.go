@@ -135,6 +135,7 @@ func (c candList) BaseCost(i int) float64 { return c.nodes[i].Coeffs().Seconds(c
 func (p *Placer) Place(w Work, exclude []*cluster.Node) *Lease {
 	exclude = p.otherModels(w.Fingerprint, exclude)
 	cands := p.cluster.Eligible(exclude)
+	refused := exclude
 	for len(cands) > 0 {
 		i := p.picker.Pick(candList{cands, time.Now(), w})
 		n := cands[i]
@@ -144,6 +145,13 @@ func (p *Placer) Place(w Work, exclude []*cluster.Node) *Lease {
 		}
 		// Open, or half-open with its probes taken: try the others.
 		cands = slices.Delete(cands, i, i+1)
+		refused = append(slices.Clip(refused), n)
+		if len(cands) == 0 {
+			// Eligible offers nodes on probation, then stalled ones, only when no other node is
+			// a candidate: with every candidate refusing, those are next. (Fallback gives
+			// nothing while such a node's breaker is closed, so the batch failed UNAVAILABLE.)
+			cands = p.cluster.Eligible(refused)
+		}
 	}
 	if fb := p.cluster.Fallback(exclude); len(fb) > 0 {
 		return lease(fb[0], nil, w)
