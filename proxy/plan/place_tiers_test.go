@@ -1,7 +1,6 @@
 package plan
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -9,7 +8,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/relevance-scoring/relevance/costmodel"
-	"github.com/relevance-scoring/relevance/internal/fakenode"
 	"github.com/relevance-scoring/relevance/proxy/cluster"
 	"github.com/relevance-scoring/relevance/proxy/route"
 	"github.com/relevance-scoring/relevance/proxy/route/leastloaded"
@@ -21,24 +19,10 @@ import (
 // refused, and Fallback — seeing the closed breaker of the node on probation — gave nothing: the
 // batch failed UNAVAILABLE although a node could take it.
 func TestPlaceFallsThroughToANodeOnProbation(t *testing.T) {
-	nodes, err := fakenode.StartCluster(2, fakenode.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nodes.Close)
 	base := 30 * time.Millisecond
-	c := cluster.New(cluster.Config{Static: nodes.Addrs(), Prior: prior, Forgetting: 0.99,
+	c := startClusterWith(t, 2, cluster.Config{Prior: prior, Forgetting: 0.99,
 		Breaker: cluster.BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: 20 * time.Millisecond, HalfOpenProbes: 1},
-		Outlier: cluster.OutlierConfig{ConsecutiveSlow: 1, BaseEjection: base, MaxEjection: 10 * base, MaxEjectionPercent: 50}}, nil)
-	t.Cleanup(func() { c.Close() })
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.WaitFor(ctx, func() bool { return len(c.Eligible(nil)) == 2 }); err != nil {
-		t.Fatal(err)
-	}
+		Outlier: cluster.OutlierConfig{ConsecutiveSlow: 1, BaseEjection: base, MaxEjection: 10 * base, MaxEjectionPercent: 50}})
 	a, b := c.Snapshot()[0], c.Snapshot()[1]
 	// b: ejected as an outlier, then back on probation.
 	c.ReportSlow(b, time.Now(), 5)

@@ -30,13 +30,20 @@ var prior = costmodel.Coeffs{A: 1e-3, B: 1e-7, C: 0.01}
 // startCluster starts n fake nodes and a cluster over them, ready.
 func startCluster(t testing.TB, n int) *cluster.Cluster {
 	t.Helper()
+	return startClusterWith(t, n, cluster.Config{Prior: prior, Forgetting: 0.99,
+		Breaker: cluster.BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}})
+}
+
+// startClusterWith is startCluster with cfg (its Static set to the fake nodes).
+func startClusterWith(t testing.TB, n int, cfg cluster.Config) *cluster.Cluster {
+	t.Helper()
 	nodes, err := fakenode.StartCluster(n, fakenode.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nodes.Close)
-	c := cluster.New(cluster.Config{Static: nodes.Addrs(), Prior: prior, Forgetting: 0.99,
-		Breaker: cluster.BreakerConfig{ConsecutiveFailures: 5, OpenTimeout: time.Second, HalfOpenProbes: 1}}, nil)
+	cfg.Static = nodes.Addrs()
+	c := cluster.New(cfg, nil)
 	t.Cleanup(func() { c.Close() })
 	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
